@@ -1,0 +1,109 @@
+"""The ``gpucompat`` command: env, check, rules, and the report commands. Bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import InputError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"gpucompat: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucompat", description="GPU x driver x CUDA x engine compatibility.")
+    parser.add_argument("--version", action="version", version=f"gpucompat {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    env = sub.add_parser("env", help="print this machine's fingerprint")
+    env.add_argument("--json", action="store_true", help="JSON that `check --env` and `--gpucompat-env` read back")
+    env.add_argument("--name", help="runner name to record (default: $GPUCOMPAT_RUNNER or the host name)")
+    env.set_defaults(func=cmd_env)
+
+    check = sub.add_parser("check", help="known problems for this machine or a fingerprint file")
+    check.add_argument("--env", metavar="FILE", help="fingerprint or fleet file (YAML or JSON) instead of this machine")
+    check.add_argument("--kb", metavar="PATH", action="append", default=[], help="extra rule file or directory")
+    check.add_argument("--json", action="store_true")
+    check.add_argument("--fail-on", choices=("broken", "degraded"), help="exit 1 when such a finding exists")
+    check.set_defaults(func=cmd_check)
+
+    rules = sub.add_parser("rules", help="list the knowledge base")
+    rules.add_argument("--kb", metavar="PATH", action="append", default=[])
+    rules.add_argument("--engine", help="vllm, sglang, tensorrt-llm, or none")
+    rules.add_argument("--severity", choices=("broken", "degraded", "advice"))
+    rules.add_argument("--confidence", choices=("documents", "upstream", "verified"))
+    rules.add_argument("--json", action="store_true")
+    rules.add_argument("--lint", action="store_true",
+                       help="report rules naming CLI flags that the installed engines do not have")
+    rules.set_defaults(func=cmd_rules)
+
+    from .report.cli import add_report_subparsers
+
+    add_report_subparsers(sub)
+    return parser
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from .fingerprint import collect, format_text
+
+    fp = collect(args.name)
+    print(json.dumps(fp.to_dict(), indent=2) if args.json else format_text(fp))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from . import check, fingerprint
+    from .rules import load_kb
+
+    kb = load_kb(args.kb)
+    fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
+    results = [(fp, check.evaluate(kb, fp)) for fp in fleet.values()]
+    if args.json:
+        docs = [check.to_json(fp, found) for fp, found in results]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
+    else:
+        print("\n\n".join(check.format_findings(fp, found) for fp, found in results))
+    return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from .rules import filter_rules, load_kb
+
+    kb = load_kb(args.kb)
+    rules = filter_rules(kb.rules, engine=args.engine, severity=args.severity, confidence=args.confidence)
+    if args.lint:
+        from .lint import format_lint, lint_rules
+
+        problems = lint_rules(rules)
+        print(format_lint(problems))
+        return 1 if any(p.missing for p in problems) else 0
+    if args.json:
+        from .verdicts import finding_for
+
+        print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
+        return 0
+    for r in rules:
+        engine = r.engine or "-"
+        print(f"{r.id:<58} {r.severity:<9} {r.confidence:<10} {engine:<13} {r.summary}")
+    print(f"\n{len(rules)} of {len(kb.rules)} rules")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,514 @@
+"""The machine's fingerprint: GPUs, driver, CUDA, links and engine versions.
+
+Read through NVML and package metadata only (no nvidia-smi or nvcc subprocess, no torch import),
+so it takes milliseconds. Anything that cannot be read becomes a reason in the fingerprint,
+never an exception: a machine with no GPU still has a valid fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .versions import is_version, normalize_package
+
+SCHEMA = 1
+
+# Distributions whose versions matter for compatibility; several names may stand for one package.
+TRACKED_PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "tensorrt-llm": ("tensorrt-llm",),
+    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "flashinfer-python": ("flashinfer-python", "flashinfer"),
+    "xformers": ("xformers",),
+    "triton": ("triton",),
+    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
+    "cuda-runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"),
+}
+
+# nvmlDeviceGetArchitecture values (nvml.h NVML_DEVICE_ARCH_*).
+_ARCHITECTURES = {
+    2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing",
+    7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell",
+}
+# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` does.
+_TOPOLOGY = {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    uuid: str | None = None
+    architecture: str | None = None
+    compute_capability: str | None = None
+    memory_mib: int | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    ecc: bool | None = None
+    mig: bool | None = None
+    persistence: bool | None = None
+    vbios: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    a: int
+    b: int
+    kind: str  # "nvlink" or "pcie"
+    path: str | None = None  # nvidia-smi topo -m style: PIX, PXB, PHB, NODE, SYS
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    name: str | None = None
+    gpus: tuple[GPU, ...] = ()
+    driver: str | None = None
+    cuda_driver: str | None = None
+    cuda_runtime: str | None = None
+    links: tuple[Link, ...] = ()
+    interconnect: str | None = None
+    packages: Mapping[str, str] = field(default_factory=dict, hash=False)
+    os: str | None = None
+    libc: str | None = None
+    python: str | None = None
+    container: str | None = None
+    cuda_visible_devices: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["packages"] = dict(self.packages)
+        data["params"] = dict(self.params)
+        return {"schema": SCHEMA, **data}
+
+    def describe_gpus(self) -> str:
+        if not self.gpus:
+            return "no GPU"
+        names: dict[str, int] = {}
+        for gpu in self.gpus:
+            names[gpu.name] = names.get(gpu.name, 0) + 1
+        return ", ".join(f"{n} x {name}" if n > 1 else name for name, n in names.items())
+
+    def summary(self) -> str:
+        parts = [self.describe_gpus()]
+        if self.driver:
+            parts.append(f"driver {self.driver}")
+        if self.cuda_driver:
+            parts.append(f"CUDA driver {self.cuda_driver}")
+        if self.cuda_runtime:
+            parts.append(f"CUDA runtime {self.cuda_runtime}")
+        if self.interconnect:
+            parts.append(self.interconnect)
+        engines = [f"{k} {v}" for k, v in self.packages.items() if k in ("vllm", "sglang", "tensorrt-llm", "torch")]
+        return ", ".join(parts + engines)
+
+
+# --------------------------------------------------------------------------- live collection
+
+
+def collect(name: str | None = None) -> Fingerprint:
+    """Fingerprint this machine. Never raises: what cannot be read is explained in ``reasons``."""
+    reasons: list[str] = []
+    gpus: tuple[GPU, ...] = ()
+    links: tuple[Link, ...] = ()
+    driver = cuda_driver = None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        import pynvml  # from nvidia-ml-py
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        pynvml = None
+        reasons.append(f"NVML not available: {exc}")
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            reasons.append(f"NVML not available: {_nvml_error(exc)}")
+        else:
+            try:
+                driver, cuda_driver, gpus, links = _collect_nvml(pynvml, visible, reasons)
+            finally:
+                _quiet(pynvml.nvmlShutdown)
+    packages = installed_packages()
+    cuda_runtime = cuda_runtime_version(packages)
+    if cuda_runtime is None and "torch" in packages:
+        reasons.append(f"torch {packages['torch']} is a CPU build (no CUDA runtime)")
+    libc_name, libc_version = platform.libc_ver()
+    return Fingerprint(
+        name=name or os.environ.get("GPUCOMPAT_RUNNER") or socket.gethostname(),
+        gpus=gpus,
+        driver=driver,
+        cuda_driver=cuda_driver,
+        cuda_runtime=cuda_runtime,
+        links=links,
+        interconnect=_interconnect(gpus, links),
+        packages=packages,
+        os=platform.platform(),
+        libc=f"{libc_name} {libc_version}".strip() or None,
+        python=platform.python_version(),
+        container=detect_container(),
+        cuda_visible_devices=visible,
+        reasons=tuple(reasons),
+    )
+
+
+def _nvml_error(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.replace("\n", " ")
+
+
+def _quiet(fn: Any, *args: Any) -> Any:
+    """Call an NVML query that a GPU, driver or VM may not support; None instead of an error."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _collect_nvml(
+    nvml: Any, visible: str | None, reasons: list[str]
+) -> tuple[str | None, str | None, tuple[GPU, ...], tuple[Link, ...]]:
+    driver = _text(_quiet(nvml.nvmlSystemGetDriverVersion))
+    raw_cuda = _quiet(nvml.nvmlSystemGetCudaDriverVersion_v2) or _quiet(nvml.nvmlSystemGetCudaDriverVersion)
+    cuda_driver = f"{raw_cuda // 1000}.{(raw_cuda % 1000) // 10}" if raw_cuda else None
+    count = _quiet(nvml.nvmlDeviceGetCount) or 0
+    handles = []
+    for i in range(count):
+        handle = _quiet(nvml.nvmlDeviceGetHandleByIndex, i)
+        if handle is not None:
+            handles.append((i, handle, _text(_quiet(nvml.nvmlDeviceGetUUID, handle))))
+    chosen = select_visible([(i, uuid) for i, _, uuid in handles], visible)
+    if visible is not None and len(chosen) < len(handles):
+        reasons.append(f"CUDA_VISIBLE_DEVICES={visible!r} shows {len(chosen)} of {len(handles)} GPUs")
+    by_index = {i: (h, uuid) for i, h, uuid in handles}
+    gpus = []
+    for new_index, physical in enumerate(chosen):
+        handle, uuid = by_index[physical]
+        gpus.append(_describe_gpu(nvml, new_index, handle, uuid))
+    links = []
+    for a in range(len(chosen)):
+        for b in range(a + 1, len(chosen)):
+            links.append(_describe_link(nvml, a, b, by_index[chosen[a]][0], by_index[chosen[b]][0]))
+    if count == 0:
+        reasons.append("NVML found no GPU")
+    return driver, cuda_driver, tuple(gpus), tuple(links)
+
+
+def _describe_gpu(nvml: Any, index: int, handle: Any, uuid: str | None) -> GPU:
+    cc = _quiet(nvml.nvmlDeviceGetCudaComputeCapability, handle)
+    memory = _quiet(nvml.nvmlDeviceGetMemoryInfo, handle)
+    ecc = _quiet(nvml.nvmlDeviceGetEccMode, handle)
+    mig = _quiet(nvml.nvmlDeviceGetMigMode, handle)
+    persistence = _quiet(nvml.nvmlDeviceGetPersistenceMode, handle)
+    return GPU(
+        index=index,
+        name=_text(_quiet(nvml.nvmlDeviceGetName, handle)) or "unknown GPU",
+        uuid=uuid,
+        architecture=_ARCHITECTURES.get(_quiet(nvml.nvmlDeviceGetArchitecture, handle)),
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+        memory_mib=int(memory.total // (1024 * 1024)) if memory else None,
+        pcie_generation=_quiet(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        pcie_width=_quiet(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        ecc=bool(ecc[0]) if ecc else None,
+        mig=bool(mig[0]) if mig else None,
+        persistence=bool(persistence) if persistence is not None else None,
+        vbios=_text(_quiet(nvml.nvmlDeviceGetVbiosVersion, handle)),
+    )
+
+
+def _describe_link(nvml: Any, a: int, b: int, ha: Any, hb: Any) -> Link:
+    level = _quiet(nvml.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
+    nvlink_index = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
+    status = _quiet(nvml.nvmlDeviceGetP2PStatus, ha, hb, nvlink_index)
+    is_nvlink = status == getattr(nvml, "NVML_P2P_STATUS_OK", 0)
+    return Link(a=a, b=b, kind="nvlink" if is_nvlink else "pcie", path="NV" if is_nvlink else _TOPOLOGY.get(level))
+
+
+def select_visible(devices: list[tuple[int, str | None]], visible: str | None) -> list[int]:
+    """Apply CUDA_VISIBLE_DEVICES to NVML's (index, uuid) list the way the CUDA runtime does.
+
+    Entries are indices or (prefixes of) UUIDs; an invalid entry hides itself and every later one.
+    """
+    if visible is None:
+        return [i for i, _ in devices]
+    chosen: list[int] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry:
+            break
+        found = None
+        if entry.lstrip("-").isdigit():
+            idx = int(entry)
+            found = idx if any(i == idx for i, _ in devices) else None
+        else:
+            hits = [i for i, uuid in devices if uuid and uuid.lower().startswith(entry.lower())]
+            found = hits[0] if len(hits) == 1 else None
+        if found is None or found in chosen:
+            break
+        chosen.append(found)
+    return chosen
+
+
+def _interconnect(gpus: tuple[GPU, ...], links: tuple[Link, ...]) -> str | None:
+    if len(gpus) < 2 or not links:
+        return None
+    return "nvlink" if all(link.kind == "nvlink" for link in links) else "pcie"
+
+
+def installed_packages() -> dict[str, str]:
+    """Versions of the tracked distributions, found in one pass over the installed metadata."""
+    wanted = {normalize_package(d): key for key, names in TRACKED_PACKAGES.items() for d in names}
+    found: dict[str, str] = {}
+    for dist in _distributions():
+        name = dist.metadata.get("Name") if dist.metadata else None
+        key = wanted.get(normalize_package(name)) if name else None
+        if key and key not in found:
+            found[key] = dist.version
+    return dict(sorted(found.items()))
+
+
+def _distributions() -> Iterator[metadata.Distribution]:
+    try:
+        yield from metadata.distributions()
+    except Exception:  # a broken .dist-info must not break the fingerprint
+        return
+
+
+def cuda_runtime_version(packages: Mapping[str, str]) -> str | None:
+    """The CUDA version torch (and so the engines) was built for, without importing torch."""
+    if "torch" in packages:
+        from_file = _torch_version_file()
+        if from_file is not None:
+            return from_file or None
+        local = packages["torch"].partition("+")[2]
+        if local.startswith("cu") and local[2:].isdigit():
+            digits = local[2:]
+            return f"{int(digits[:-1])}.{digits[-1]}"
+        if local:
+            return None
+    runtime = packages.get("cuda-runtime")
+    if runtime:
+        return ".".join(runtime.split(".")[:2])
+    return None
+
+
+def _torch_version_file() -> str | None:
+    """Read ``cuda = '13.0'`` from torch/version.py; "" means a CPU build, None means unknown."""
+    try:
+        dist = metadata.distribution("torch")
+        path = Path(str(dist.locate_file("torch/version.py")))
+        text = path.read_text()
+    except Exception:
+        return None
+    for line in text.splitlines():
+        if line.startswith("cuda"):
+            value = line.partition("=")[2].strip()
+            return "" if value in ("None", "") else value.strip("'\"")
+    return None
+
+
+def detect_container() -> str | None:
+    if Path("/.dockerenv").exists():
+        return "docker"
+    if Path("/run/.containerenv").exists():
+        return "podman"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    try:
+        cgroup = Path("/proc/1/cgroup").read_text()
+    except OSError:
+        return None
+    for marker in ("kubepods", "docker", "containerd", "lxc"):
+        if marker in cgroup:
+            return marker
+    return None
+
+
+# --------------------------------------------------------------------------- files (what-if input)
+
+_TOP_KEYS = {f for f in Fingerprint.__dataclass_fields__} | {"schema", "gpu_count"}
+_GPU_KEYS = set(GPU.__dataclass_fields__)
+_LINK_KEYS = set(Link.__dataclass_fields__)
+_VERSION_FIELDS = ("driver", "cuda_driver", "cuda_runtime")
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Fingerprint]:
+    """Load a fingerprint or a fleet file (``{fleet: {name: fingerprint}}``); returns name -> fingerprint."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
+    data = _parse_text(source, text)
+    if isinstance(data, Mapping) and "fleet" in data:
+        fleet = data["fleet"]
+        if not isinstance(fleet, Mapping) or not fleet:
+            raise InputError(source, "fleet", "must map runner names to fingerprints")
+        extra = set(data) - {"fleet"}
+        if extra:
+            raise InputError(source, sorted(extra)[0], "unknown key next to 'fleet'")
+        return {str(k): from_dict(v, source, f"fleet.{k}", default_name=str(k)) for k, v in fleet.items()}
+    fp = from_dict(data, source, None, default_name=Path(source).stem)
+    return {fp.name or Path(source).stem: fp}
+
+
+def _parse_text(source: str, text: str) -> Any:
+    import yaml
+
+    try:
+        if source.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(source, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(source, None, f"invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+
+
+def _field(prefix: str | None, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def from_dict(data: Any, source: str = "<fingerprint>", prefix: str | None = None,
+              default_name: str | None = None) -> Fingerprint:
+    """Validate and build a fingerprint from the full (``env --json``) or the short hand-written form."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise InputError(source, prefix, "a fingerprint must be a mapping")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise InputError(source, _field(prefix, sorted(unknown)[0]), "unknown key")
+    values: dict[str, Any] = {}
+    for key in _VERSION_FIELDS:
+        value = data.get(key)
+        if value is not None:
+            value = str(value)
+            if not is_version(value):
+                raise InputError(source, _field(prefix, key), f"'{value}' is not a version")
+            values[key] = value
+    gpus_raw = data.get("gpus") or []
+    if not isinstance(gpus_raw, list):
+        raise InputError(source, _field(prefix, "gpus"), "must be a list of GPUs")
+    gpus = tuple(_gpu(g, i, source, _field(prefix, f"gpus[{i}]")) for i, g in enumerate(gpus_raw))
+    if "gpu_count" in data and not gpus_raw:
+        count = data["gpu_count"]
+        if not isinstance(count, int) or count < 0:
+            raise InputError(source, _field(prefix, "gpu_count"), "must be a whole number")
+    links_raw = data.get("links") or []
+    if not isinstance(links_raw, list):
+        raise InputError(source, _field(prefix, "links"), "must be a list")
+    links = []
+    for i, link in enumerate(links_raw):
+        if not isinstance(link, Mapping) or set(link) - _LINK_KEYS:
+            raise InputError(source, _field(prefix, f"links[{i}]"), "must be {a, b, kind, path}")
+        links.append(Link(**link))
+    interconnect = data.get("interconnect")
+    if interconnect is not None and interconnect not in ("pcie", "nvlink"):
+        raise InputError(source, _field(prefix, "interconnect"), f"'{interconnect}' is not pcie or nvlink")
+    packages = data.get("packages") or {}
+    if not isinstance(packages, Mapping):
+        raise InputError(source, _field(prefix, "packages"), "must map package names to versions")
+    norm_packages = {}
+    for name, version in packages.items():
+        if version is None or not is_version(str(version)):
+            raise InputError(source, _field(prefix, f"packages.{name}"), f"'{version}' is not a version")
+        norm_packages[normalize_package(str(name))] = str(version)
+    params = data.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise InputError(source, _field(prefix, "params"), "must be a mapping of engine parameters")
+    reasons = data.get("reasons") or []
+    if not isinstance(reasons, list):
+        raise InputError(source, _field(prefix, "reasons"), "must be a list of strings")
+    fp = Fingerprint(
+        name=str(data["name"]) if data.get("name") else default_name,
+        gpus=gpus,
+        links=tuple(links),
+        interconnect=interconnect,
+        packages=dict(sorted(norm_packages.items())),
+        params=dict(params),
+        reasons=tuple(str(r) for r in reasons),
+        os=data.get("os"),
+        libc=data.get("libc"),
+        python=data.get("python"),
+        container=data.get("container"),
+        cuda_visible_devices=data.get("cuda_visible_devices"),
+        **values,
+    )
+    if "gpu_count" in data and not gpus_raw:
+        fp = replace(fp, gpus=tuple(GPU(index=i, name="unknown GPU") for i in range(data["gpu_count"])))
+    return fp
+
+
+def _gpu(data: Any, index: int, source: str, where: str) -> GPU:
+    if not isinstance(data, Mapping):
+        raise InputError(source, where, "a GPU must be a mapping")
+    unknown = set(data) - _GPU_KEYS
+    if unknown:
+        raise InputError(source, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    values = dict(data)
+    values.setdefault("index", index)
+    values.setdefault("name", "unknown GPU")
+    cc = values.get("compute_capability")
+    if cc is not None:
+        cc = str(cc)
+        if not is_version(cc):
+            raise InputError(source, f"{where}.compute_capability", f"'{cc}' is not a compute capability")
+        values["compute_capability"] = cc
+    for key in ("memory_mib", "pcie_generation", "pcie_width"):
+        if values.get(key) is not None and not isinstance(values[key], int):
+            raise InputError(source, f"{where}.{key}", "must be a whole number")
+    if values.get("architecture"):
+        values["architecture"] = str(values["architecture"]).lower()
+    return GPU(**values)
+
+
+def format_text(fp: Fingerprint) -> str:
+    """The readable form of ``gpucompat env``."""
+    lines = [f"runner:        {fp.name}"]
+    if fp.gpus:
+        for gpu in fp.gpus:
+            bits = [f"cc {gpu.compute_capability}" if gpu.compute_capability else None,
+                    gpu.architecture,
+                    f"{gpu.memory_mib} MiB" if gpu.memory_mib else None,
+                    f"PCIe gen{gpu.pcie_generation} x{gpu.pcie_width}" if gpu.pcie_generation else None,
+                    "MIG" if gpu.mig else None,
+                    f"ECC {'on' if gpu.ecc else 'off'}" if gpu.ecc is not None else None]
+            detail = ", ".join(b for b in bits if b)
+            lines.append(f"gpu {gpu.index}:         {gpu.name} ({detail})" + (f" {gpu.uuid}" if gpu.uuid else ""))
+    else:
+        lines.append("gpus:          none")
+    lines.append(f"driver:        {fp.driver or '-'}")
+    lines.append(f"cuda (driver): {fp.cuda_driver or '-'}")
+    lines.append(f"cuda (stack):  {fp.cuda_runtime or '-'}")
+    if fp.links:
+        lines.append("links:         " + ", ".join(f"{lk.a}-{lk.b} {lk.path or lk.kind}" for lk in fp.links))
+    lines.append(f"interconnect:  {fp.interconnect or '-'}")
+    pkgs = ", ".join(f"{k} {v}" for k, v in fp.packages.items()) or "-"
+    lines.append(f"packages:      {pkgs}")
+    lines.append(f"python:        {fp.python or '-'}   libc: {fp.libc or '-'}   container: {fp.container or '-'}")
+    lines.append(f"os:            {fp.os or '-'}")
+    if fp.cuda_visible_devices is not None:
+        lines.append(f"CUDA_VISIBLE_DEVICES={fp.cuda_visible_devices}")
+    for reason in fp.reasons:
+        lines.append(f"note:          {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""A fleet file in a pytest run: before anything executes, which cells each runner would skip or xfail."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from .matrix import axis_mismatch
+from .rules import matching_rules
+from .state import RunState, cell_key
+from .verdicts import decide, findings_for
+
+
+def format_fleet_preview(state: RunState, config: pytest.Config, items: Sequence[pytest.Item]) -> str:
+    cells = [(item.nodeid, item.stash[cell_key].cell) for item in items if cell_key in item.stash]
+    lines = [f"gpucompat fleet preview: {len(cells)} cells x {len(state.fleet)} runners"]
+    for name, fp in state.fleet.items():
+        counts = {"run": 0, "skip": 0, "xfail": 0, "not covered": 0}
+        bad: list[str] = []
+        for nodeid, cell in cells:
+            if axis_mismatch(cell, fp):
+                counts["not covered"] += 1
+                continue
+            decision = decide(findings_for(matching_rules(state.kb, fp, cell.engine, cell.params),
+                                           state.run_known_bad), state.run_known_bad)
+            counts[decision.action] += 1
+            if decision.action != "run":
+                bad.append(f"    {decision.action:<5} {nodeid}  {decision.reason}")
+        summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+        lines.append(f"  {name}: {fp.summary()}")
+        lines.append(f"    {summary}")
+        lines.extend(bad)
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""Test matrices: from a marker or a named matrix in matrices/ to cells with stable ids.
+
+Cells come from data only, never from the local machine, so every pytest-xdist worker collects
+the same ids in the same order; the fingerprint decides marks, not ids.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .fingerprint import Fingerprint
+from .paths import matrices_dir
+from .rules import Facts
+from .versions import matches, normalize_package, parse_specifier
+
+_MARKER_KEYS = {"engine", "params", "axes", "matrix"}
+_FINGERPRINT_AXES = ("driver", "cuda_driver", "cuda_runtime", "compute_capability")
+_GLOB_AXES = ("gpu", "arch")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination: an engine, its launch parameters, and the fleet axes it is meant to run on."""
+
+    engine: str
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    axes: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def id(self) -> str:
+        parts = [self.engine]
+        parts += [f"{k}={_id_value(v)}" for k, v in self.params.items()]
+        parts += [f"{k}={v}" for k, v in self.axes.items()]
+        return "-".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "params": dict(self.params), "axes": dict(self.axes)}
+
+
+def _id_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[Cell]:
+    """Cartesian product over engines, parameter values and axis values; order follows the data."""
+    unknown = set(block) - (_MARKER_KEYS - {"matrix"})
+    if unknown:
+        raise InputError(source, f"{where}.{sorted(unknown)[0]}", "unknown key (engine, params, axes)")
+    engines = _as_list(block.get("engine") or [])
+    if not engines:
+        raise InputError(source, f"{where}.engine", "required: an engine name or a list of them")
+    params = block.get("params") or {}
+    axes = block.get("axes") or {}
+    for name, value in (("params", params), ("axes", axes)):
+        if not isinstance(value, Mapping):
+            raise InputError(source, f"{where}.{name}", "must be a mapping of name -> list of values")
+    for axis, values in axes.items():
+        for v in _as_list(values):
+            _check_axis(axis, v, source, f"{where}.axes.{axis}")
+    p_names = list(params)
+    a_names = list(axes)
+    cells = []
+    for engine in engines:
+        for p_values in itertools.product(*(_as_list(params[n]) for n in p_names)):
+            for a_values in itertools.product(*(_as_list(axes[n]) for n in a_names)):
+                cells.append(Cell(engine=str(engine), params=dict(zip(p_names, p_values)),
+                                  axes={n: str(v) for n, v in zip(a_names, a_values)}))
+    return cells
+
+
+def _check_axis(axis: str, value: Any, source: str, where: str) -> None:
+    if axis in _GLOB_AXES:
+        return
+    try:
+        parse_specifier(str(value))
+    except ValueError as exc:
+        raise InputError(source, where, str(exc)) from None
+
+
+@lru_cache(maxsize=4)
+def load_named_matrices(path: str | None = None) -> dict[str, tuple[Cell, ...]]:
+    import yaml
+
+    file = Path(path) if path else matrices_dir() / "matrices.yaml"
+    source = str(file)
+    if not file.exists():
+        return {}
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(source, None, f"invalid YAML: {exc}") from None
+    matrices = data.get("matrices") if isinstance(data, Mapping) else None
+    if not isinstance(matrices, Mapping):
+        raise InputError(source, "matrices", "a mapping of matrix name -> list of blocks is required")
+    out: dict[str, tuple[Cell, ...]] = {}
+    for name, blocks in matrices.items():
+        cells: list[Cell] = []
+        for i, block in enumerate(_as_list(blocks)):
+            if not isinstance(block, Mapping):
+                raise InputError(source, f"matrices.{name}[{i}]", "must be a mapping")
+            cells.extend(expand_block(block, source, f"matrices.{name}[{i}]"))
+        out[str(name)] = tuple(cells)
+    return out
+
+
+def cells_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> list[Cell]:
+    """``@pytest.mark.gpucompat(engine=..., params=..., axes=...)`` or ``(matrix="name")``."""
+    unknown = set(kwargs) - _MARKER_KEYS
+    if unknown or args:
+        bad = sorted(unknown)[0] if unknown else "positional arguments"
+        raise InputError(where, f"gpucompat({bad})", "unknown marker argument (engine, params, axes, matrix)")
+    if "matrix" in kwargs:
+        named = load_named_matrices()
+        name = kwargs["matrix"]
+        if name not in named:
+            known = ", ".join(sorted(named)) or "none"
+            raise InputError(where, "gpucompat(matrix)", f"no matrix named '{name}' (known: {known})")
+        cells = list(named[name])
+        if "engine" in kwargs:
+            wanted = set(_as_list(kwargs["engine"]))
+            cells = [c for c in cells if c.engine in wanted]
+        return cells
+    return expand_block(kwargs, where, "gpucompat")
+
+
+def axis_mismatch(cell: Cell, fp: Fingerprint) -> str | None:
+    """Why this runner does not cover the cell (None when it does)."""
+    if not cell.axes:
+        return None
+    facts = Facts.of(fp)
+    for axis, value in cell.axes.items():
+        if axis in _GLOB_AXES:
+            names = [g.name for g in fp.gpus] if axis == "gpu" else [g.architecture or "" for g in fp.gpus]
+            if not any(fnmatch.fnmatchcase(n.lower(), value.lower()) for n in names):
+                have = ", ".join(names) or "no GPU"
+                return f"{axis} {value} (this runner: {have})"
+            continue
+        spec = parse_specifier(value)
+        if axis in _FINGERPRINT_AXES:
+            if axis == "compute_capability":
+                ccs = [g[2] for g in facts.gpus if g[2] is not None]
+                if not any(matches(spec, cc) for cc in ccs):
+                    return f"compute capability {value} (this runner: {', '.join(map(str, ccs)) or 'none'})"
+                continue
+            have = getattr(facts, axis)
+            if have is None or not matches(spec, have):
+                return f"{axis} {value} (this runner: {getattr(fp, axis) or 'none'})"
+            continue
+        package = normalize_package(axis)
+        version = facts.packages.get(package)
+        if version is None or not matches(spec, version):
+            return f"{package} {value} (this runner: {fp.packages.get(package, 'not installed')})"
+    return None

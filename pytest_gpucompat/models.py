@@ -1,0 +1,307 @@
+"""Tiny local models with real architectures and random weights, so engine checks never download anything.
+
+A model is built once from its transformers config and a fixed seed, written to a temporary directory and renamed
+into the cache: parallel pytest-xdist workers either win the rename or reuse the winner's directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .paths import cache_dir as _default_cache_root
+
+FORMAT_VERSION = 1
+"""Bumped whenever the on-disk layout changes, so old cache entries are not reused."""
+
+TINY_PREFIX = "tiny-"
+"""`--gpucompat-model tiny-qwen2` names a built tiny model rather than a directory."""
+
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
+UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
+FIRST_REGULAR_ID = len(SPECIAL_TOKENS)
+
+_SENTENCES = (
+    "the quick brown fox jumps over the lazy dog",
+    "a graphics processing unit runs many small programs at once",
+    "inference engines batch requests and cache keys and values",
+    "every kernel must agree with the reference within a tolerance",
+    "memory that is not returned after shutdown is a leak",
+    "drivers toolkits and wheels must match or nothing starts",
+    "greedy decoding picks the most likely next token each step",
+    "precision drift shows first in the log probabilities",
+)
+
+_BASE_CONFIG: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "initializer_range": 0.02,
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+    "pad_token_id": PAD_ID,
+    "use_cache": True,
+}
+
+_ARCHES: dict[str, tuple[str, str]] = {
+    # arch -> (transformers config class, architecture name written to config.json)
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+}
+
+DEFAULT_SEED = 1234
+DEFAULT_WEIGHT_STD = 0.2
+"""Init std of the random weights: larger than the usual 0.02 so next-token distributions are peaked, not flat
+(flat distributions make every greedy step a near-tie and precision checks meaningless)."""
+
+
+def supported_arches() -> tuple[str, ...]:
+    return tuple(_ARCHES)
+
+
+def tiny_config(arch: str = "qwen2", **overrides: Any) -> dict[str, Any]:
+    """The plain config dict of a tiny model (what the cache key is computed from)."""
+    if arch not in _ARCHES:
+        raise ValueError(f"unknown tiny model architecture {arch!r}; known: {', '.join(_ARCHES)}")
+    config = dict(_BASE_CONFIG)
+    config.update(overrides)
+    if config["vocab_size"] < FIRST_REGULAR_ID + len(_words()):
+        raise ValueError(f"vocab_size {config['vocab_size']} is too small for the tiny tokenizer")
+    return config
+
+
+def _words() -> list[str]:
+    seen: dict[str, None] = {}
+    for sentence in _SENTENCES:
+        for word in sentence.split():
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def tiny_vocab(vocab_size: int) -> dict[str, int]:
+    """Special tokens, the words of the built-in sentences, then filler words up to exactly vocab_size.
+
+    Every id decodes to a distinct string, so text-keyed logprobs (some OpenAI servers) map back to ids.
+    """
+    vocab: dict[str, int] = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for word in _words():
+        vocab.setdefault(word, len(vocab))
+    filler = 0
+    while len(vocab) < vocab_size:
+        vocab.setdefault(f"w{filler:04d}", len(vocab))
+        filler += 1
+    return vocab
+
+
+def _cache_key(arch: str, config: Mapping[str, Any], seed: int, weight_std: float) -> str:
+    payload = json.dumps(
+        {"format": FORMAT_VERSION, "arch": arch, "config": dict(config), "seed": seed, "std": weight_std,
+         "sentences": _SENTENCES},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    return Path(cache_dir) if cache_dir is not None else _default_cache_root() / "models"
+
+
+def build_tiny_model(
+    arch: str = "qwen2",
+    cache_dir: Path | None = None,
+    *,
+    seed: int = DEFAULT_SEED,
+    weight_std: float = DEFAULT_WEIGHT_STD,
+    **config_overrides: Any,
+) -> Path:
+    """Directory of a tiny `arch` model (float32 safetensors + tokenizer), built once and cached on disk."""
+    config = tiny_config(arch, **config_overrides)
+    root = _cache_root(cache_dir)
+    final = root / f"{arch}-{_cache_key(arch, config, seed, weight_std)}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    try:
+        _write_model(tmp, arch, config, seed, weight_std)
+        _write_tokenizer(tmp, config)
+        _publish(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def build_perturbed_model(
+    base: Path,
+    rel_noise: float,
+    *,
+    seed: int = 1,
+    cache_dir: Path | None = None,
+) -> Path:
+    """A copy of `base` whose every weight w became w * (1 + rel_noise * N(0, 1)): a known, small corruption that
+    the precision checks must detect (the detection benchmark and the self-tests use it)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    base = Path(base)
+    digest = hashlib.sha256(f"{base.resolve()}|{rel_noise!r}|{seed}|{FORMAT_VERSION}".encode()).hexdigest()[:12]
+    root = _cache_root(cache_dir)
+    final = root / f"{base.name}-perturbed-{digest}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    try:
+        generator = torch.Generator().manual_seed(seed)
+        for item in base.iterdir():
+            if item.suffix == ".safetensors":
+                tensors = load_file(str(item))
+                noisy = {}
+                for name in sorted(tensors):
+                    t = tensors[name]
+                    if t.is_floating_point():
+                        noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
+                        t = (t.float() * (1.0 + rel_noise * noise)).to(t.dtype)
+                    noisy[name] = t.contiguous()
+                save_file(noisy, str(tmp / item.name), metadata={"format": "pt"})
+            elif item.is_file():
+                shutil.copy2(item, tmp / item.name)
+        _publish(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Atomic rename; losing the race to another worker is fine, its directory is identical."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "config.json").is_file():
+            raise
+
+
+def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, weight_std: float) -> None:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    config_cls_name, architecture = _ARCHES[arch]
+    config_cls = getattr(transformers, config_cls_name)
+    hf_config = config_cls(**config)
+    hf_config.architectures = [architecture]
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+            else:
+                param.copy_(torch.randn(param.shape, generator=generator) * weight_std)
+    model.save_pretrained(str(target), safe_serialization=True)
+    config_path = target / "config.json"
+    data = json.loads(config_path.read_text())
+    # Older engines read `torch_dtype`, newer transformers writes `dtype`: give both.
+    data["torch_dtype"] = "float32"
+    data["dtype"] = "float32"
+    data["architectures"] = [architecture]
+    config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
+    (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+def _write_tokenizer(target: Path, config: Mapping[str, Any]) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    vocab = tiny_vocab(int(config["vocab_size"]))
+    tokenizer = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer.save(str(target / "tokenizer.json"))
+    # Written by hand (not save_pretrained) so that every transformers version, old or new, can load it.
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": int(config["max_position_embeddings"]),
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+    }
+    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    (target / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+
+def fixed_prompts(n: int, length: int, vocab_size: int, seed: int = 0, *, low: int = FIRST_REGULAR_ID) -> list[list[int]]:
+    """`n` prompts of `length` token ids in [low, vocab_size), the same on every machine and Python version.
+
+    Ids come from SHA-256, not `random`, so a report from one runner is comparable with another's. `low` skips the
+    first ids, where most vocabularies keep their special tokens.
+    """
+    if n < 0 or length < 0:
+        raise ValueError("n and length must be non-negative")
+    if vocab_size <= low:
+        raise ValueError(f"vocab_size {vocab_size} must be larger than low {low}")
+    span = vocab_size - low
+    prompts: list[list[int]] = []
+    for i in range(n):
+        row: list[int] = []
+        for j in range(length):
+            digest = hashlib.sha256(f"gpucompat-prompt|{seed}|{i}|{j}".encode()).digest()
+            row.append(low + int.from_bytes(digest[:8], "big") % span)
+        prompts.append(row)
+    return prompts
+
+
+def model_vocab_size(model_dir: Path) -> int:
+    """vocab_size from a checkpoint's config.json (text config of multimodal models included)."""
+    data = json.loads((Path(model_dir) / "config.json").read_text())
+    for candidate in (data, data.get("text_config") or {}, data.get("llm_config") or {}):
+        if isinstance(candidate, dict) and isinstance(candidate.get("vocab_size"), int):
+            return int(candidate["vocab_size"])
+    raise ValueError(f"{model_dir}: config.json has no vocab_size")
+
+
+def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[Path]:
+    """Validate `--gpucompat-model` values: local checkpoint directories, or `tiny-<arch>` to build a tiny model."""
+    resolved: list[Path] = []
+    for raw in paths:
+        if raw.startswith(TINY_PREFIX) and not Path(raw).exists():
+            arch = raw[len(TINY_PREFIX):]
+            if arch not in _ARCHES:
+                raise ValueError(f"--gpucompat-model {raw}: unknown tiny architecture (known: "
+                                 f"{', '.join(TINY_PREFIX + a for a in _ARCHES)})")
+            resolved.append(build_tiny_model(arch, cache_dir))
+            continue
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"--gpucompat-model {raw}: not a directory (models are never downloaded; "
+                             f"give a local checkpoint directory)")
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--gpucompat-model {raw}: no config.json in that directory")
+        resolved.append(path.resolve())
+    return resolved

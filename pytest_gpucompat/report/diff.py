@@ -1,0 +1,386 @@
+"""Compare a report with a baseline: what broke, what got slower, which known-bad rules stopped being true.
+
+How cells are matched (the key), so that a PR runner can be compared with last night's merged matrix:
+
+* both reports have several runners: by (runner name, nodeid);
+* otherwise by nodeid alone, whatever the runners are called. When one side has several runners and one of
+  them has the other side's runner name, only that runner's cells are compared; else that side's cells of one
+  nodeid are folded into one: the most serious outcome (error > failed > xfailed > xpassed > passed > skipped
+  > not-covered) with the union of rules and findings and no metrics (figures from different GPUs do not
+  compare).
+
+Pure functions: nothing here reads files or clocks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .model import Cell, Finding, Report
+
+GOOD = frozenset({"passed", "xpassed", "xfailed"})
+BAD = frozenset({"failed", "error"})
+_SERIOUSNESS = ("not-covered", "skipped", "passed", "xpassed", "xfailed", "failed", "error")
+
+_THRESHOLD = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)\s*:\s*(?P<sign>[+-])\s*(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"\s*(?P<pct>%)?\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """`metric:-10%`: worse = lower, by more than 10 %; `metric:+1`: worse = higher, by more than 1 (absolute)."""
+
+    metric: str
+    direction: int  # +1: a rise is bad, -1: a drop is bad
+    amount: float
+    relative: bool
+    expr: str
+
+    def __str__(self) -> str:
+        sign = "+" if self.direction > 0 else "-"
+        return f"{self.metric}:{sign}{self.amount:g}{'%' if self.relative else ''}"
+
+    def change(self, before: float, after: float) -> float:
+        """Change in the threshold's unit (percent of |before| or absolute); inf when before is 0 and after not."""
+        delta = after - before
+        if not self.relative:
+            return delta
+        if before == 0:
+            return 0.0 if delta == 0 else math.copysign(math.inf, delta)
+        return delta / abs(before) * 100.0
+
+    def judge(self, before: float, after: float) -> Literal["regression", "improvement"] | None:
+        """Worse beyond the threshold is a regression, better beyond it an improvement, anything else nothing."""
+        moved = self.change(before, after) * self.direction
+        if moved > self.amount:
+            return "regression"
+        if moved < -self.amount:
+            return "improvement"
+        return None
+
+
+def parse_threshold(expr: str) -> Threshold:
+    """Parse `METRIC:+N`, `METRIC:-N`, `METRIC:+N%` or `METRIC:-N%`; anything else is a one-line ValueError."""
+    match = _THRESHOLD.match(expr or "")
+    if not match:
+        raise ValueError(
+            f"bad threshold {expr!r}: expected METRIC:+N or METRIC:-N, optionally with %, "
+            f"e.g. tokens_per_s:-10% or leak_mib_per_cycle:+1"
+        )
+    amount = float(match["amount"])
+    return Threshold(
+        metric=match["metric"],
+        direction=1 if match["sign"] == "+" else -1,
+        amount=amount,
+        relative=bool(match["pct"]),
+        expr=expr.strip(),
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    """An outcome or a figure of one cell that moved between baseline and current."""
+
+    key: str
+    nodeid: str
+    runner: str
+    kind: Literal["outcome", "metric"]
+    before: str
+    after: str
+    detail: str = ""
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
+class NewFinding:
+    """A finding of severity broken on a cell that the baseline did not have."""
+
+    key: str
+    nodeid: str
+    runner: str
+    finding_id: str
+    summary: str
+    confidence: str | None
+
+
+@dataclass(frozen=True)
+class StaleRule:
+    """A known-bad rule whose cell passed anyway (XPASS): evidence against the rule."""
+
+    rule_id: str
+    confidence: str | None
+    suggestion: str
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """Everything that changed; `regressed` is what a CI gate fails on."""
+
+    matching: str
+    regressions: tuple[Change, ...] = ()
+    improvements: tuple[Change, ...] = ()
+    new_broken: tuple[NewFinding, ...] = ()
+    stale_rules: tuple[StaleRule, ...] = ()
+    new_cells: tuple[str, ...] = ()
+    missing_cells: tuple[str, ...] = ()
+    compared: int = 0
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions or self.new_broken)
+
+    @property
+    def clean(self) -> bool:
+        return not (
+            self.regressions or self.improvements or self.new_broken or self.stale_rules
+            or self.new_cells or self.missing_cells
+        )
+
+
+# --- stale rules -------------------------------------------------------------------------------------------------
+
+_SUGGESTIONS = {
+    "documents": "documents → refuted by this run (drop the rule or narrow its `when`)",
+    "upstream": "upstream → re-check (upstream may have fixed it; narrow the version range)",
+    "verified": "verified → re-check (a reproduced failure did not reproduce here)",
+}
+
+
+def _cell_label(cell: Cell) -> str:
+    return f"{cell.runner}: {cell.nodeid}"
+
+
+def stale_rules(report: Report) -> list[StaleRule]:
+    """Rules that expected a cell to fail while it passed (outcome xpassed), with the suggested confidence change.
+
+    A rule whose finding only annotated the cell (action annotate) did not predict a failure and is not stale.
+    """
+    found: dict[str, tuple[str | None, list[str]]] = {}
+    for cell in report.cells:
+        if cell.outcome != "xpassed":
+            continue
+        by_id = {f.id: f for f in cell.findings}
+        for rule in cell.rules:
+            finding = by_id.get(rule)
+            if finding is not None and finding.action == "annotate":
+                continue
+            confidence = finding.confidence if finding else None
+            old_conf, cells = found.setdefault(rule, (confidence, []))
+            if old_conf is None and confidence is not None:
+                found[rule] = (confidence, cells)
+            cells.append(_cell_label(cell))
+    return [
+        StaleRule(
+            rule_id=rule,
+            confidence=conf,
+            suggestion=_SUGGESTIONS.get(conf or "", "re-check (confidence unknown)"),
+            cells=tuple(cells),
+        )
+        for rule, (conf, cells) in found.items()
+    ]
+
+
+# --- matching ----------------------------------------------------------------------------------------------------
+
+
+def _fold(cells: Sequence[Cell]) -> Cell:
+    """Several runners' cells of one nodeid as one: the most serious outcome, all rules and findings."""
+    if len(cells) == 1:
+        return cells[0]
+    worst = max(cells, key=lambda c: _SERIOUSNESS.index(c.outcome))
+    rules: dict[str, None] = {}
+    findings: dict[str, Finding] = {}
+    for cell in cells:
+        rules.update(dict.fromkeys(cell.rules))
+        for finding in cell.findings:
+            findings.setdefault(finding.id, finding)
+    return replace(
+        worst,
+        rules=tuple(rules),
+        findings=tuple(findings.values()),
+        metrics={},
+        runner=", ".join(dict.fromkeys(c.runner for c in cells)),
+    )
+
+
+def _index(report: Report, by_runner: bool, only_runner: str | None) -> dict[str, Cell]:
+    groups: dict[str, list[Cell]] = {}
+    for cell in report.cells:
+        if only_runner is not None and cell.runner != only_runner:
+            continue
+        key = f"{cell.runner}: {cell.nodeid}" if by_runner else cell.nodeid
+        groups.setdefault(key, []).append(cell)
+    # One runner reporting a nodeid twice should not happen; folding keeps the most serious one.
+    return {key: _fold(cells) for key, cells in groups.items()}
+
+
+def _keying(baseline: Report, current: Report) -> tuple[bool, str | None, str | None, str]:
+    """(by_runner, only baseline runner, only current runner, description) per the rule in the module doc."""
+    nb, nc = len(baseline.runners), len(current.runners)
+    if nb > 1 and nc > 1:
+        return True, None, None, "by runner name and nodeid (both reports have several runners)"
+    if nb > 1 and nc == 1:
+        (name,) = current.runners
+        if name in baseline.runners:
+            return False, name, None, f"by nodeid, baseline restricted to runner {name!r}"
+        return False, None, None, "by nodeid, the baseline's runners folded per nodeid"
+    if nc > 1 and nb == 1:
+        (name,) = baseline.runners
+        if name in current.runners:
+            return False, None, name, f"by nodeid, current restricted to runner {name!r}"
+        return False, None, None, "by nodeid, the current report's runners folded per nodeid"
+    return False, None, None, "by nodeid"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.6g}"
+
+
+def _metric_changes(
+    key: str, before: Cell, after: Cell, thresholds: Sequence[Threshold]
+) -> tuple[list[Change], list[Change]]:
+    regressions: list[Change] = []
+    improvements: list[Change] = []
+    for threshold in thresholds:
+        old = before.metrics.get(threshold.metric)
+        new = after.metrics.get(threshold.metric)
+        if old is None or new is None:
+            continue
+        verdict = threshold.judge(old, new)
+        if verdict is None:
+            continue
+        change = threshold.change(old, new)
+        shown = f"{change:+.1f}%" if threshold.relative else f"{change:+.6g}"
+        item = Change(
+            key=key,
+            nodeid=after.nodeid,
+            runner=after.runner,
+            kind="metric",
+            metric=threshold.metric,
+            before=_num(old),
+            after=_num(new),
+            detail=f"{shown}, threshold {threshold}",
+        )
+        (regressions if verdict == "regression" else improvements).append(item)
+    return regressions, improvements
+
+
+def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = ()) -> DiffResult:
+    """Regressions, improvements, new broken findings, newly stale rules, new and missing cells.
+
+    A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a figure
+    worse beyond one of `thresholds`, or (in `new_broken`) a finding of severity broken the baseline's cell did
+    not have. Stale rules are listed when the current report has them and the baseline did not.
+    """
+    limits = tuple(thresholds)
+    by_runner, only_base, only_cur, matching = _keying(baseline, current)
+    base = _index(baseline, by_runner, only_base)
+    cur = _index(current, by_runner, only_cur)
+
+    regressions: list[Change] = []
+    improvements: list[Change] = []
+    new_broken: list[NewFinding] = []
+    base_broken_ids = {f.id for c in base.values() for f in c.findings if f.severity == "broken"}
+
+    for key, after in cur.items():
+        before = base.get(key)
+        known = (
+            {f.id for f in before.findings} if before is not None else base_broken_ids
+        )
+        for finding in after.findings:
+            if finding.severity == "broken" and finding.id not in known:
+                new_broken.append(
+                    NewFinding(
+                        key=key,
+                        nodeid=after.nodeid,
+                        runner=after.runner,
+                        finding_id=finding.id,
+                        summary=finding.summary,
+                        confidence=finding.confidence,
+                    )
+                )
+        if before is None:
+            continue
+        if before.outcome in GOOD and after.outcome in BAD:
+            regressions.append(
+                Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome,
+                       detail=" ".join((after.reason or "").split())[:300])
+            )
+        elif before.outcome in BAD and after.outcome in {"passed", "xpassed"}:
+            improvements.append(Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome))
+        worse, better = _metric_changes(key, before, after, limits)
+        regressions.extend(worse)
+        improvements.extend(better)
+
+    old_stale = {s.rule_id for s in stale_rules(baseline)}
+    return DiffResult(
+        matching=matching,
+        regressions=tuple(regressions),
+        improvements=tuple(improvements),
+        new_broken=tuple(new_broken),
+        stale_rules=tuple(s for s in stale_rules(current) if s.rule_id not in old_stale),
+        new_cells=tuple(k for k in cur if k not in base),
+        missing_cells=tuple(k for k in base if k not in cur),
+        compared=sum(1 for k in cur if k in base),
+    )
+
+
+def _section(title: str, lines: Sequence[str], limit: int) -> list[str]:
+    if not lines:
+        return []
+    out = [f"{title} ({len(lines)}):"]
+    out.extend(f"  - {line}" for line in lines[:limit])
+    if len(lines) > limit:
+        out.append(f"  ... and {len(lines) - limit} more")
+    return out
+
+
+def _change_line(change: Change) -> str:
+    where = change.key if change.key.startswith(f"{change.runner}: ") else f"{change.key} [{change.runner}]"
+    if change.kind == "metric":
+        return f"{where}: {change.metric} {change.before} → {change.after} ({change.detail})"
+    tail = f": {change.detail}" if change.detail else ""
+    return f"{where}: {change.before} → {change.after}{tail}"
+
+
+def format_diff(result: DiffResult, limit: int = 50) -> str:
+    """Human-readable diff for a terminal or a CI log; the first line is the verdict."""
+    if result.regressed:
+        verdict = (
+            f"REGRESSED: {len(result.regressions)} regression(s), "
+            f"{len(result.new_broken)} new broken finding(s)"
+        )
+    elif result.clean:
+        verdict = "clean: no differences"
+    else:
+        verdict = "no regressions"
+    lines = [f"gpucompat diff: {verdict}", f"{result.compared} cell(s) compared {result.matching}"]
+    lines += _section("Regressions", [_change_line(c) for c in result.regressions], limit)
+    lines += _section(
+        "New broken findings",
+        [
+            f"{n.key}: {n.finding_id}" + (f" ({n.confidence})" if n.confidence else "") + f": {n.summary}"
+            for n in result.new_broken
+        ],
+        limit,
+    )
+    lines += _section("Improvements", [_change_line(c) for c in result.improvements], limit)
+    lines += _section(
+        "Stale rules (a known-bad cell passed)",
+        [
+            f"{s.rule_id}: {s.suggestion}; XPASS on {len(s.cells)} cell(s), e.g. {s.cells[0]}"
+            for s in result.stale_rules
+        ],
+        limit,
+    )
+    lines += _section("New cells", list(result.new_cells), limit)
+    lines += _section("Missing cells", list(result.missing_cells), limit)
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,97 @@
+"""Per-run state of the plugin: options, fingerprint, knowledge base and what was decided for each cell."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from . import fingerprint as fpmod
+from .fingerprint import Fingerprint
+from .matrix import Cell, axis_mismatch
+from .rules import KnowledgeBase, load_kb, matching_rules
+from .verdicts import Decision, Finding, decide, findings_for
+
+NOT_COVERED = "not covered here"
+
+
+@dataclass
+class CellState:
+    """What the plugin knows about one collected cell; filled at collection, read by fixtures and reports."""
+
+    cell: Cell
+    findings: tuple[Finding, ...] = ()
+    decision: Decision | None = None
+    not_covered: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    log_tail: str | None = None
+    engine_failed: bool = False
+
+    def payload(self, runner: str | None) -> dict[str, Any]:
+        """What travels on the test report (xdist serializes user_properties) to the report writer."""
+        return {
+            **self.cell.to_dict(),
+            "rules": [f.id for f in self.findings],
+            "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
+                          "summary": f.summary, "action": f.action, "failure": f.failure} for f in self.findings],
+            "metrics": dict(self.metrics),
+            "info": dict(self.info),
+            "log_tail": self.log_tail,
+            "not_covered": self.not_covered,
+            "engine_failed": self.engine_failed,
+            "runner": runner,
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+
+cell_key = pytest.StashKey[CellState]()
+
+
+@dataclass
+class RunState:
+    enabled: bool
+    fingerprint: Fingerprint
+    fleet: Mapping[str, Fingerprint]
+    kb: KnowledgeBase
+    run_known_bad: bool
+    what_if: bool
+
+    def evaluate(self, config: pytest.Config, cell: Cell) -> CellState:
+        state = CellState(cell=cell)
+        state.not_covered = axis_mismatch(cell, self.fingerprint)
+        if state.not_covered:
+            return state
+        rules = matching_rules(self.kb, self.fingerprint, cell.engine, cell.params)
+        state.findings = tuple(findings_for(rules, self.run_known_bad))
+        decision = config.hook.pytest_gpucompat_decide(
+            config=config, cell=cell, findings=state.findings, fingerprint=self.fingerprint
+        )
+        state.decision = decision or decide(state.findings, self.run_known_bad)
+        return state
+
+
+def build_run_state(config: pytest.Config) -> RunState:
+    """Load everything once per process; bad input becomes a UsageError (one line, no traceback)."""
+    from .errors import InputError
+
+    kb_paths = list(config.getini("gpucompat_kb")) + list(config.getoption("gpucompat_kb") or [])
+    env_file = config.getoption("gpucompat_env")
+    try:
+        kb = load_kb(kb_paths)
+        fleet = fpmod.load(env_file) if env_file else {}
+    except InputError as exc:
+        raise pytest.UsageError(f"gpucompat: {exc}") from None
+    runner = config.getoption("gpucompat_runner")
+    if len(fleet) == 1:
+        fp = next(iter(fleet.values()))
+        fleet = {}
+        what_if = True
+    else:
+        fp = fpmod.collect(runner)
+        what_if = False
+    return RunState(enabled=True, fingerprint=fp, fleet=fleet, kb=kb,
+                    run_known_bad=bool(config.getoption("gpucompat_run_known_bad")), what_if=what_if)

@@ -1,0 +1,66 @@
+"""Version and specifier parsing shared by rules, matrices and fingerprints.
+
+Driver versions (580.159.04), CUDA versions (13.0), local torch builds (2.11.0+cu130) and
+pre-releases (1.4.0rc1) are all PEP 440 versions; a bare version in a condition means "this
+release line" (``"12.1"`` matches 12.1 and 12.1.105, ``"535"`` matches 535.104.05).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+_OPERATOR = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>|===)")
+
+
+@lru_cache(maxsize=4096)
+def parse_version(text: str) -> Version:
+    """Parse a version; raises ValueError with the offending text."""
+    try:
+        return Version(str(text).strip())
+    except InvalidVersion:
+        raise ValueError(f"'{text}' is not a version") from None
+
+
+def is_version(text: object) -> bool:
+    try:
+        parse_version(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=4096)
+def parse_specifier(text: str) -> SpecifierSet:
+    """Parse a PEP 440 specifier set; a bare version means ``==X.*``."""
+    raw = str(text).strip()
+    if not raw:
+        raise ValueError("empty specifier")
+    parts = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not _OPERATOR.match(part):
+            if part.endswith(".*"):
+                part = "==" + part
+            else:
+                parse_version(part)
+                part = f"=={part}.*"
+        parts.append(part)
+    try:
+        return SpecifierSet(",".join(parts))
+    except InvalidSpecifier:
+        raise ValueError(f"'{raw}' is not a version specifier") from None
+
+
+def matches(spec: SpecifierSet, version: Version) -> bool:
+    """Pre-releases and local builds count: a 1.4.0rc1 or 2.11.0+cu130 runner is still that version."""
+    return spec.contains(version, prereleases=True)
+
+
+def normalize_package(name: str) -> str:
+    """``tensorrt_llm`` and ``TensorRT-LLM`` are the same distribution."""
+    return canonicalize_name(name)
