@@ -224,6 +224,8 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, 
     data["torch_dtype"] = "float32"
     data["dtype"] = "float32"
     data["architectures"] = [architecture]
+    if "rope_theta" not in data:  # transformers 5 writes rope_parameters only; older readers want rope_theta
+        data["rope_theta"] = float(config["rope_theta"])
     config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")

@@ -117,9 +117,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     try:
         cells = cells_from_marker(marker.args, marker.kwargs, where)
     except InputError as exc:
-        raise pytest.UsageError(f"gpucompat: {exc}") from None
+        pytest.fail(f"gpucompat: {exc}", pytrace=False)
     if "gpucompat_cell" not in metafunc.fixturenames:
-        raise pytest.UsageError(f"gpucompat: {where}: a @pytest.mark.gpucompat test must take gpucompat_cell")
+        pytest.fail(f"gpucompat: {where}: a @pytest.mark.gpucompat test must take gpucompat_cell", pytrace=False)
     metafunc.parametrize("gpucompat_cell", cells, ids=[c.id for c in cells])
 
 

@@ -95,6 +95,8 @@ class ReportCollector:
         for cell in self.cells.values():
             data = dict(cell)
             data["runner"] = runner
+            if data["outcome"] == "error" and not data.get("reason"):
+                data["reason"] = "did not finish: the run was interrupted or its worker died"
             extra_info = data.pop("info", {}) or {}
             gpu = data.pop("gpu", None)
             data["extra"] = {k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}

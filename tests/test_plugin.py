@@ -1,0 +1,243 @@
+"""The pytest side, through pytester: marks, ids, not-covered cells, reports, bad input, xdist."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+RULES = textwrap.dedent("""
+    rules:
+      - id: t-fp8-kv-crash
+        summary: fp8 KV cache crashes before sm89
+        severity: broken
+        failure: crash
+        engine: vllm
+        confidence: upstream
+        when: {compute_capability: "<8.9", params: {kv_cache_dtype: [fp8_e4m3]}}
+        sources: [{kind: code, ref: x}]
+      - id: t-tp-garbles
+        summary: TP over PCIe garbles output
+        severity: broken
+        failure: wrong-output
+        engine: vllm
+        confidence: upstream
+        when: {params: {tensor_parallel_size: [2]}}
+        sources: [{kind: code, ref: x}]
+      - id: t-docs-says-tp-hangs
+        summary: an article says TP hangs
+        severity: broken
+        failure: hang
+        engine: vllm
+        confidence: documents
+        when: {params: {tensor_parallel_size: ">=4"}}
+        sources: [{kind: seed, ref: "000 §3"}]
+      - id: t-slow-eager
+        summary: eager mode is slower
+        severity: degraded
+        failure: slow
+        engine: vllm
+        confidence: upstream
+        when: {params: {enforce_eager: [true]}}
+        sources: [{kind: doc, ref: x}]
+""")
+A100 = 'name: a100-runner\ngpus: [{name: "NVIDIA A100-SXM4-80GB", compute_capability: "8.0"}]\ndriver: "550.54.15"\n'
+TEST = textwrap.dedent("""
+    import pytest
+
+    @pytest.mark.gpucompat(engine="vllm", params={"kv_cache_dtype": ["auto", "fp8_e4m3"],
+                                                  "tensor_parallel_size": [1, 2, 4]})
+    def test_cell(gpucompat_cell, gpucompat_record, gpucompat_findings):
+        gpucompat_record("tokens_per_s", 100.0 * gpucompat_cell.params["tensor_parallel_size"])
+        if gpucompat_cell.params["tensor_parallel_size"] == 2:
+            assert False, "garbled"
+""")
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makefile(".yaml", rules=RULES, a100=A100)
+    pytester.makepyfile(test_matrix=TEST)
+    return pytester
+
+
+def cells_of(path):
+    return {c["nodeid"].split("[", 1)[1].rstrip("]"): c for c in json.loads(path.read_text())["cells"]}
+
+
+def test_without_the_option_nothing_changes(project):
+    result = project.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.no_fnmatch_line("*gpucompat:*rules*")
+    result = project.runpytest("-rs")
+    result.stdout.fnmatch_lines(["*run pytest with --gpucompat*"])
+
+
+def test_ini_option_enables(project):
+    project.makeini("[pytest]\ngpucompat = true\n")
+    result = project.runpytest("--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--co", "-q")
+    result.stdout.fnmatch_lines(["*test_cell[[]vllm-kv_cache_dtype=auto-tensor_parallel_size=1[]]*"])
+
+
+def test_marks_from_rules_and_report(project):
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+                               "--gpucompat-report", "out.json", "-rsxX")
+    # auto/tp1 passes; tp2 strict-xfails (known wrong output, upstream); tp4 runs as a non-strict xfail
+    # (documents only) and passes: an XPASS, evidence against that rule; fp8 cells skip (known crash, upstream)
+    result.assert_outcomes(passed=1, xfailed=1, xpassed=1, skipped=3)
+    result.stdout.fnmatch_lines([
+        "*gpucompat: what-if a100-runner: NVIDIA A100-SXM4-80GB, driver 550.54.15*",
+        "*known bad here: [[]t-fp8-kv-crash[]]*",
+    ])
+    cells = cells_of(project.path / "out.json")
+    assert len(cells) == 6
+    assert cells["vllm-kv_cache_dtype=auto-tensor_parallel_size=1"]["outcome"] == "passed"
+    assert cells["vllm-kv_cache_dtype=auto-tensor_parallel_size=1"]["metrics"]["tokens_per_s"] == 100.0
+    tp2 = cells["vllm-kv_cache_dtype=auto-tensor_parallel_size=2"]
+    assert tp2["outcome"] == "xfailed" and tp2["rules"] == ["t-tp-garbles"]
+    tp4 = cells["vllm-kv_cache_dtype=auto-tensor_parallel_size=4"]
+    assert tp4["outcome"] == "xpassed"  # evidence against a documents-only rule
+    assert tp4["rules"] == ["t-docs-says-tp-hangs"]
+    fp8 = cells["vllm-kv_cache_dtype=fp8_e4m3-tensor_parallel_size=1"]
+    assert fp8["outcome"] == "skipped" and "t-fp8-kv-crash" in fp8["reason"]
+    report = json.loads((project.path / "out.json").read_text())
+    assert report["runners"]["a100-runner"]["driver"] == "550.54.15"
+
+
+def test_run_known_bad_turns_skips_into_strict_xfail(project):
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+                               "--gpucompat-run-known-bad")
+    # fp8 cells now run as strict xfail; they pass in this toy test, so strict xfail fails them (XPASS strict)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) == 0
+    assert outcomes["failed"] >= 2
+
+
+def test_degraded_findings_are_attached_not_acted_on(pytester):
+    pytester.makefile(".yaml", rules=RULES, a100=A100)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="vllm", params={"enforce_eager": [True, False]})
+        def test_cell(gpucompat_cell, gpucompat_findings):
+            ids = [f.id for f in gpucompat_findings]
+            assert ids == (["t-slow-eager"] if gpucompat_cell.params["enforce_eager"] else [])
+    """)
+    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*degraded findings attached: t-slow-eager*"])
+
+
+def test_version_axes_not_covered_here(pytester):
+    pytester.makefile(".yaml", a100=A100)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", axes={"driver": [">=550,<560", ">=580"], "gpu": ["*A100*", "*H200*"]})
+        def test_cell(gpucompat_cell):
+            pass
+    """)
+    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-report", "r.json", "-rs")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(["*not covered here: needs driver >=580 (this runner: 550.54.15)*"])
+    cells = cells_of(pytester.path / "r.json")
+    assert cells["hf-driver=>=550,<560-gpu=*A100*"]["outcome"] == "passed"
+    assert cells["hf-driver=>=580-gpu=*H200*"]["outcome"] == "not-covered"
+
+
+def test_named_matrix_and_bad_marker(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(matrix="no-such-matrix")
+        def test_cell(gpucompat_cell):
+            pass
+    """)
+    result = pytester.runpytest("--gpucompat")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error
+    result.stdout.fnmatch_lines(["*gpucompat(matrix)': no matrix named 'no-such-matrix'*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "option", "fragment"),
+    [
+        ("bad_kb.yaml", "rules: [{id: x}]\n", "--gpucompat-kb", "rule 'x': field 'summary': required"),
+        ("bad_env.yaml", "driver: soon\n", "--gpucompat-env", "field 'driver'"),
+    ],
+)
+def test_bad_input_is_one_line_usage_error(pytester, name, content, option, fragment):
+    pytester.makefile(".yaml", **{name.removesuffix(".yaml"): content})
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--gpucompat", option, name)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{name}*{fragment}*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_policy_hook_can_override(project):
+    project.makeconftest("""
+        from pytest_gpucompat.verdicts import Decision
+
+        def pytest_gpucompat_decide(config, cell, findings, fingerprint):
+            return Decision("run", False, "team policy: run everything", tuple(findings))
+    """)
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml")
+    result.assert_outcomes(passed=4, failed=2)
+
+
+def test_fleet_preview_before_running(project):
+    project.makefile(".yaml", fleet="fleet:\n  a100: {gpus: [{name: A100, compute_capability: '8.0'}]}\n"
+                                    "  h200: {gpus: [{name: H200, compute_capability: '9.0'}]}\n")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "fleet.yaml", "--gpucompat-kb", "rules.yaml")
+    result.stdout.fnmatch_lines([
+        "*gpucompat fleet preview: 6 cells x 2 runners*",
+        "*a100: A100*",
+        "*skip*fp8_e4m3*t-fp8-kv-crash*",
+        "*h200: H200*",
+    ])
+
+
+def test_interrupted_run_still_writes_the_report(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1, 2, 3]})
+        def test_cell(gpucompat_cell):
+            if gpucompat_cell.params["n"] == 2:
+                raise KeyboardInterrupt
+    """)
+    result = pytester.runpytest_subprocess("--gpucompat", "--gpucompat-report", "r.json")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["interrupted"] is True
+    assert [c["outcome"] for c in report["cells"]] == ["passed", "error"]
+    assert "interrupted" in report["cells"][1]["reason"]
+
+
+def test_xdist_same_ids_and_one_report(project):
+    pytest.importorskip("xdist")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+                               "-n", "2", "--gpucompat-report", "x.json")
+    result.assert_outcomes(passed=1, xfailed=1, xpassed=1, skipped=3)
+    cells = cells_of(project.path / "x.json")
+    assert len(cells) == 6
+    assert {c["worker"] for c in cells.values() if c["outcome"] == "passed"} <= {"gw0", "gw1"}
+
+
+def test_xdist_crashed_worker_cell_is_failed_not_missing(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile("""
+        import os, pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1, 2]})
+        def test_cell(gpucompat_cell):
+            if gpucompat_cell.params["n"] == 2:
+                os._exit(3)
+    """)
+    result = pytester.runpytest("--gpucompat", "-n", "1", "--gpucompat-report", "r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {c["nodeid"].split("[")[1]: c["outcome"] for c in report["cells"]}
+    assert outcomes == {"hf-n=1]": "passed", "hf-n=2]": "failed"}
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

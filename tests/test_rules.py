@@ -1,0 +1,208 @@
+"""Matching and loading of rules: pure functions, no pytest plugin involved."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucompat.errors import InputError
+from pytest_gpucompat.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.rules import load_kb, load_rule_file, matching_rules, parse_rule
+from pytest_gpucompat.versions import matches, parse_specifier, parse_version
+
+A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
+H200 = GPU(index=1, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
+
+
+def rule(**overrides):
+    raw = {"id": "r1", "summary": "s", "severity": "broken", "failure": "crash", "confidence": "upstream",
+           "sources": [{"kind": "doc", "ref": "x"}]}
+    raw.update(overrides)
+    return parse_rule(raw, "test.yaml")
+
+
+def kb_of(*rules):
+    from pytest_gpucompat.rules import KnowledgeBase
+
+    return KnowledgeBase(rules=tuple(rules))
+
+
+def ids(kb, fp, engine=None, params=None):
+    return [r.id for r in matching_rules(kb, fp, engine, params)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "version", "expected"),
+    [
+        ("<580", "575.51.03", True),
+        ("<580", "580.159.04", False),
+        (">=580", "580.159.04", True),
+        ("535", "535.104.05", True),  # a bare version is a release line
+        ("535", "5350.1", False),
+        ("12.1", "12.1", True),
+        ("12.1", "12.10", False),
+        (">=2.4", "2.11.0+cu130", True),  # local builds compare by their public version
+        ("==2.11.0", "2.11.0+cu130", True),
+        (">=1.0", "1.4.0rc1", True),  # pre-releases count
+        ("<0.6.4", "0.6.3.post1", True),
+        (">=0.4,<0.6", "0.6.0", False),
+    ],
+)
+def test_version_specifiers(spec, version, expected):
+    assert matches(parse_specifier(spec), parse_version(version)) is expected
+
+
+def test_bad_specifier_and_version_raise_value_error():
+    with pytest.raises(ValueError, match="not a version"):
+        parse_specifier("abc")
+    with pytest.raises(ValueError, match="not a version"):
+        parse_version("N/A")
+
+
+def test_missing_fields_do_not_match():
+    r = rule(when={"driver": "<535", "compute_capability": "<8.0"})
+    assert ids(kb_of(r), Fingerprint()) == []
+    assert ids(kb_of(r), Fingerprint(driver="530.30.02")) == []  # no GPU: the cc condition cannot hold
+    v100 = GPU(index=0, name="Tesla V100-SXM2-32GB", compute_capability="7.0")
+    assert ids(kb_of(r), Fingerprint(driver="530.30.02", gpus=(v100,))) == ["r1"]
+
+
+def test_gpu_conditions_hold_for_one_and_the_same_gpu():
+    r = rule(when={"gpu": ["*a100*"], "compute_capability": ">=9.0"})
+    assert ids(kb_of(r), Fingerprint(gpus=(A100, H200))) == []
+    r2 = rule(when={"gpu": ["*H200*"], "arch": ["hopper"], "gpu_memory_mib": ">100000"})
+    assert ids(kb_of(r2), Fingerprint(gpus=(A100, H200))) == ["r1"]
+
+
+def test_gpu_count_and_interconnect():
+    r = rule(when={"gpu_count": ">=2", "interconnect": "pcie"})
+    assert ids(kb_of(r), Fingerprint(gpus=(A100,), interconnect="pcie")) == []
+    assert ids(kb_of(r), Fingerprint(gpus=(A100, A100), interconnect="pcie")) == ["r1"]
+    assert ids(kb_of(r), Fingerprint(gpus=(A100, A100), interconnect="nvlink")) == []
+
+
+def test_packages_normalized_and_versions():
+    r = rule(when={"packages": {"TensorRT_LLM": ">=0.9,<0.10"}}, engine="tensorrt_llm")
+    assert r.engine == "tensorrt-llm"
+    fp = Fingerprint(packages={"tensorrt-llm": "0.9.0"})
+    assert ids(kb_of(r), fp) == ["r1"]
+    assert ids(kb_of(r), Fingerprint(packages={"tensorrt-llm": "0.10.0"})) == []
+
+
+def test_engine_rules_apply_to_their_engine_only():
+    r = rule(engine="vllm")
+    fp = Fingerprint()
+    assert ids(kb_of(r), fp, engine="vllm") == ["r1"]
+    assert ids(kb_of(r), fp, engine="hf") == []
+    # without a cell engine (gpucompat check): installed package or params.engine decides
+    assert ids(kb_of(r), fp) == []
+    assert ids(kb_of(r), Fingerprint(packages={"vllm": "0.26.0"})) == ["r1"]
+    assert ids(kb_of(r), Fingerprint(params={"engine": "vllm"})) == ["r1"]
+
+
+@pytest.mark.parametrize(
+    ("cond", "params", "expected"),
+    [
+        ({"kv_cache_dtype": ["fp8", "fp8_e4m3"]}, {"kv_cache_dtype": "FP8_E4M3"}, True),
+        ({"kv_cache_dtype": ["fp8", "fp8_e4m3"]}, {"kv_cache_dtype": "auto"}, False),
+        ({"kv_cache_dtype": ["fp8"]}, {}, False),
+        ({"enforce_eager": [False, None]}, {}, True),  # null: not set
+        ({"enforce_eager": [False, None]}, {"enforce_eager": True}, False),
+        ({"tensor_parallel_size": ">=2"}, {"tensor_parallel_size": 2}, True),
+        ({"tensor_parallel_size": ">=2"}, {"tensor_parallel_size": 1}, False),
+        ({"tensor_parallel_size": ">=2"}, {"tensor_parallel_size": "auto"}, False),
+        ({"block_size": 32}, {"block_size": 32.0}, True),
+        ({"block_size": 32}, {"block_size": "16"}, False),
+    ],
+)
+def test_param_conditions(cond, params, expected):
+    r = rule(when={"params": cond})
+    assert (ids(kb_of(r), Fingerprint(), params=params) == ["r1"]) is expected
+
+
+def test_model_globs():
+    r = rule(when={"model": ["*qwen2-7b*"]})
+    assert ids(kb_of(r), Fingerprint(), params={"model": "Qwen/Qwen2-7B-Instruct"}) == ["r1"]
+    assert ids(kb_of(r), Fingerprint(), params={"model": "meta-llama/Llama-3-8B"}) == []
+    assert ids(kb_of(r), Fingerprint()) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "message"),
+    [
+        ({"severity": "fatal"}, "severity", "not one of"),
+        ({"failure": "explodes"}, "failure", "not one of"),
+        ({"confidence": "sure"}, "confidence", "not one of"),
+        ({"colour": "red"}, "colour", "unknown key"),
+        ({"when": {"driver": "<<5"}}, "when.driver", "not a version"),
+        ({"when": {"packages": {"vllm": "latest"}}}, "when.packages.vllm", "not a version"),
+        ({"when": {"gpu_ram": 5}}, "when.gpu_ram", "unknown condition"),
+        ({"when": {"interconnect": "infiniband"}}, "when.interconnect", "not one of"),
+        ({"confidence": "verified"}, "confidence", "report"),
+        ({"engine": "ollama"}, "engine", "not one of"),
+        ({"sources": []}, "sources", "required"),
+        ({"claims": ["claim6"]}, "claims", "not a claim id"),
+    ],
+)
+def test_bad_rules_name_file_rule_and_field(raw, field, message):
+    with pytest.raises(InputError) as info:
+        rule(**raw)
+    text = str(info.value)
+    assert text.startswith("test.yaml: rule 'r1': field")
+    assert f"'{field}'" in text
+    assert message in text
+    assert "\n" not in text
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    path = write(tmp_path, "bad.yaml", "rules:\n  - id: a\n    summary: [unclosed\n")
+    with pytest.raises(InputError, match=r"bad.yaml: invalid YAML at line \d+"):
+        load_rule_file(path)
+
+
+def test_duplicate_id_across_files_is_an_error(tmp_path):
+    body = """
+    rules:
+      - id: same
+        summary: s
+        severity: advice
+        failure: none
+        confidence: upstream
+        sources: [{kind: doc, ref: x}]
+    """
+    a = write(tmp_path, "a.yaml", body)
+    b = write(tmp_path, "b.yaml", body)
+    with pytest.raises(InputError, match="rule 'same': field 'id': duplicate id, first defined in .*a.yaml"):
+        load_kb([a, b], builtin=False)
+
+
+def test_user_rules_extend_builtin(tmp_path):
+    builtin = load_kb()
+    extra = write(tmp_path, "mine.yaml", """
+    rules:
+      - id: team-no-a10
+        summary: our A10s overheat
+        severity: degraded
+        failure: slow
+        confidence: verified
+        when: {gpu: ["*A10*"]}
+        sources: [{kind: report, ref: reports/a10.json}]
+    """)
+    kb = load_kb([tmp_path])
+    assert len(kb.rules) == len(builtin.rules) + 1
+    assert kb.by_id()["team-no-a10"].file == str(extra)
+
+
+def test_a_claim_that_matches_flags_a_v100_but_not_an_h200():
+    kb = kb_of(rule(id="bf16", when={"compute_capability": "<8.0", "params": {"dtype": ["bfloat16"]}}))
+    v100 = GPU(index=0, name="Tesla V100", compute_capability="7.0")
+    assert ids(kb, Fingerprint(gpus=(v100,)), params={"dtype": "bfloat16"}) == ["bf16"]
+    assert ids(kb, Fingerprint(gpus=(H200,)), params={"dtype": "bfloat16"}) == []
