@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from .engines.isolation import EnginePool
     from .verdicts import Finding
 
-TINY_MODELS = ("tiny-qwen2", "tiny-llama")
 _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
 
@@ -57,6 +56,26 @@ def gpucompat_findings(request: pytest.FixtureRequest) -> tuple[Finding, ...]:
 
 
 @pytest.fixture
+def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Attach a finding measured at run time (a silent fallback, a precision loss) to the cell's result."""
+    cs = _cell_state(request)
+
+    def flag(id: str, summary: str, severity: str = "degraded", failure: str = "fallback") -> None:
+        import warnings
+
+        from .verdicts import Finding
+
+        finding = Finding(id=id, severity=severity, confidence="verified", failure=failure, engine=None,
+                          summary=summary, workaround=None, symptom=None, note="measured in this run",
+                          claims=(), sources=(("report", "this run"),), action="annotate")
+        if cs is not None:
+            cs.findings = (*cs.findings, finding)
+        warnings.warn(pytest.PytestWarning(f"gpucompat {severity}: [{id}] {summary}"), stacklevel=2)
+
+    return flag
+
+
+@pytest.fixture
 def gpucompat_record(request: pytest.FixtureRequest) -> Callable[[str, float], None]:
     """Record a measured figure (tokens_per_s, ttft_s, leak_mib_per_cycle, ...) on the cell's result."""
     cs = _cell_state(request)
@@ -76,17 +95,14 @@ def gpucompat_model(request: pytest.FixtureRequest) -> Path:
     name = getattr(request, "param", None)
     if name is None:
         pytest.skip(_DISABLED)
-    from .models import build_tiny_model, resolve_models
+    from .models import resolve_models
 
-    if name in TINY_MODELS:
-        try:
-            return build_tiny_model(name.removeprefix("tiny-"))
-        except ImportError as exc:
-            pytest.skip(f"cannot build the tiny model: {exc}")
     try:
         return resolve_models([name])[0]
+    except ImportError as exc:
+        pytest.skip(f"cannot build the tiny model here: {exc}")
     except ValueError as exc:
-        raise pytest.UsageError(f"gpucompat: --gpucompat-model: {exc}") from None
+        raise pytest.UsageError(f"gpucompat: {exc}") from None
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +135,9 @@ def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any
     return EngineSpec(engine=cell.engine, model=str(model), params=params)
 
 
-def start_engine(request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec) -> StartedEngine:
+def start_engine(
+    request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec, record: bool = True
+) -> StartedEngine:
     """Start (or reuse) an engine; not installed -> skip with the reason, crash or hang -> failed cell with log."""
     cs = _cell_state(request)
     try:
@@ -132,11 +150,20 @@ def start_engine(request: pytest.FixtureRequest, pool: EnginePool, spec: EngineS
             cs.engine_failed = True
         tail = f"\n--- {spec.engine} log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
         pytest.fail(f"{spec.engine} failed: {exc.message}{tail}", pytrace=False)
-    if cs is not None:
+    if cs is not None and record:
         cs.info.update({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")})
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
     return StartedEngine(engine=engine, info=info, spec=spec)
+
+
+@pytest.fixture
+def gpucompat_reference(
+    request: pytest.FixtureRequest, gpucompat_model: Path, gpucompat_pool: EnginePool
+) -> StartedEngine:
+    """The float32 transformers reference on the same model (on the GPU when there is one)."""
+    spec = EngineSpec(engine="hf", model=str(gpucompat_model), params={"dtype": "float32"})
+    return start_engine(request, gpucompat_pool, spec, record=False)
 
 
 @pytest.fixture

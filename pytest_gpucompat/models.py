@@ -64,9 +64,11 @@ _ARCHES: dict[str, tuple[str, str]] = {
 }
 
 DEFAULT_SEED = 1234
-DEFAULT_WEIGHT_STD = 0.2
-"""Init std of the random weights: larger than the usual 0.02 so next-token distributions are peaked, not flat
-(flat distributions make every greedy step a near-tie and precision checks meaningless)."""
+INIT: dict[str, float] = {"embed_std": 1.0, "linear_gain": 0.5, "head_gain": 4.0}
+"""Random-weight scales. Embeddings N(0, 1); hidden linears N(0, (0.5 / sqrt(fan_in))^2), so each block adds a
+moderate update to the residual stream; lm_head N(0, (4 / sqrt(hidden))^2), so next-token distributions are
+peaked (top-1 logprob about -1) rather than flat: with flat distributions every greedy step is a near-tie and
+precision checks measure noise. Calibrated on CPU, see matrices/thresholds.yaml."""
 
 
 def supported_arches() -> tuple[str, ...]:
@@ -107,9 +109,9 @@ def tiny_vocab(vocab_size: int) -> dict[str, int]:
     return vocab
 
 
-def _cache_key(arch: str, config: Mapping[str, Any], seed: int, weight_std: float) -> str:
+def _cache_key(arch: str, config: Mapping[str, Any], seed: int) -> str:
     payload = json.dumps(
-        {"format": FORMAT_VERSION, "arch": arch, "config": dict(config), "seed": seed, "std": weight_std,
+        {"format": FORMAT_VERSION, "arch": arch, "config": dict(config), "seed": seed, "init": INIT,
          "sentences": _SENTENCES},
         sort_keys=True,
     )
@@ -125,19 +127,18 @@ def build_tiny_model(
     cache_dir: Path | None = None,
     *,
     seed: int = DEFAULT_SEED,
-    weight_std: float = DEFAULT_WEIGHT_STD,
     **config_overrides: Any,
 ) -> Path:
     """Directory of a tiny `arch` model (float32 safetensors + tokenizer), built once and cached on disk."""
     config = tiny_config(arch, **config_overrides)
     root = _cache_root(cache_dir)
-    final = root / f"{arch}-{_cache_key(arch, config, seed, weight_std)}"
+    final = root / f"{arch}-{_cache_key(arch, config, seed)}"
     if (final / "config.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
-        _write_model(tmp, arch, config, seed, weight_std)
+        _write_model(tmp, arch, config, seed)
         _write_tokenizer(tmp, config)
         _publish(tmp, final)
     finally:
@@ -197,7 +198,7 @@ def _publish(tmp: Path, final: Path) -> None:
             raise
 
 
-def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, weight_std: float) -> None:
+def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) -> None:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
@@ -211,12 +212,17 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, 
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
-            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+            noise = torch.randn(param.shape, generator=generator)
+            if "norm" in name:
                 param.fill_(1.0)
             elif name.endswith(".bias"):
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+                param.copy_(noise * 0.02)
+            elif "embed_tokens" in name:
+                param.copy_(noise * INIT["embed_std"])
+            elif "lm_head" in name:
+                param.copy_(noise * INIT["head_gain"] / param.shape[1] ** 0.5)
             else:
-                param.copy_(torch.randn(param.shape, generator=generator) * weight_std)
+                param.copy_(noise * INIT["linear_gain"] / param.shape[1] ** 0.5)
     model.save_pretrained(str(target), safe_serialization=True)
     config_path = target / "config.json"
     data = json.loads(config_path.read_text())

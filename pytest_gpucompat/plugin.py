@@ -19,10 +19,12 @@ from .fixtures import (  # noqa: F401  (fixtures are found through this module)
     gpucompat_cell,
     gpucompat_engine,
     gpucompat_findings,
+    gpucompat_flag,
     gpucompat_fingerprint,
     gpucompat_model,
     gpucompat_pool,
     gpucompat_record,
+    gpucompat_reference,
 )
 from .matrix import cells_from_marker
 from .state import NOT_COVERED, RunState, build_run_state, cell_key
@@ -44,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="evaluate against a fingerprint file (what-if) or show a fleet file's known-bad cells")
     group.addoption("--gpucompat-kb", metavar="PATH", action="append", default=[],
                     help="extra rule file or directory (repeatable)")
+    group.addoption("--gpucompat-no-builtin-rules", action="store_true", default=False,
+                    help="use only the rule files given with --gpucompat-kb, not the shipped knowledge base")
     group.addoption("--gpucompat-run-known-bad", action="store_true", default=False,
                     help="run known crash/hang cells as strict xfail under --gpucompat-timeout")
     group.addoption("--gpucompat-timeout", type=float, default=600.0, metavar="S",

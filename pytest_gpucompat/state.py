@@ -81,7 +81,7 @@ def build_run_state(config: pytest.Config) -> RunState:
     kb_paths = list(config.getini("gpucompat_kb")) + list(config.getoption("gpucompat_kb") or [])
     env_file = config.getoption("gpucompat_env")
     try:
-        kb = load_kb(kb_paths)
+        kb = load_kb(kb_paths, builtin=not config.getoption("gpucompat_no_builtin_rules"))
         fleet = fpmod.load(env_file) if env_file else {}
     except InputError as exc:
         raise pytest.UsageError(f"gpucompat: {exc}") from None

@@ -76,12 +76,12 @@ def test_without_the_option_nothing_changes(project):
 
 def test_ini_option_enables(project):
     project.makeini("[pytest]\ngpucompat = true\n")
-    result = project.runpytest("--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--co", "-q")
+    result = project.runpytest("--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules", "--co", "-q")
     result.stdout.fnmatch_lines(["*test_cell[[]vllm-kv_cache_dtype=auto-tensor_parallel_size=1[]]*"])
 
 
 def test_marks_from_rules_and_report(project):
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
                                "--gpucompat-report", "out.json", "-rsxX")
     # auto/tp1 passes; tp2 strict-xfails (known wrong output, upstream); tp4 runs as a non-strict xfail
     # (documents only) and passes: an XPASS, evidence against that rule; fp8 cells skip (known crash, upstream)
@@ -106,7 +106,7 @@ def test_marks_from_rules_and_report(project):
 
 
 def test_run_known_bad_turns_skips_into_strict_xfail(project):
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
                                "--gpucompat-run-known-bad")
     # fp8 cells now run as strict xfail; they pass in this toy test, so strict xfail fails them (XPASS strict)
     outcomes = result.parseoutcomes()
@@ -124,7 +124,7 @@ def test_degraded_findings_are_attached_not_acted_on(pytester):
             ids = [f.id for f in gpucompat_findings]
             assert ids == (["t-slow-eager"] if gpucompat_cell.params["enforce_eager"] else [])
     """)
-    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml")
+    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*degraded findings attached: t-slow-eager*"])
 
@@ -183,14 +183,14 @@ def test_policy_hook_can_override(project):
         def pytest_gpucompat_decide(config, cell, findings, fingerprint):
             return Decision("run", False, "team policy: run everything", tuple(findings))
     """)
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
     result.assert_outcomes(passed=4, failed=2)
 
 
 def test_fleet_preview_before_running(project):
     project.makefile(".yaml", fleet="fleet:\n  a100: {gpus: [{name: A100, compute_capability: '8.0'}]}\n"
                                     "  h200: {gpus: [{name: H200, compute_capability: '9.0'}]}\n")
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "fleet.yaml", "--gpucompat-kb", "rules.yaml")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "fleet.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
     result.stdout.fnmatch_lines([
         "*gpucompat fleet preview: 6 cells x 2 runners*",
         "*a100: A100*",
@@ -218,7 +218,7 @@ def test_interrupted_run_still_writes_the_report(pytester):
 
 def test_xdist_same_ids_and_one_report(project):
     pytest.importorskip("xdist")
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
                                "-n", "2", "--gpucompat-report", "x.json")
     result.assert_outcomes(passed=1, xfailed=1, xpassed=1, skipped=3)
     cells = cells_of(project.path / "x.json")

@@ -68,7 +68,8 @@ class ReportCollector:
             "metrics": dict(payload.get("metrics") or {}),
             "duration_s": 0.0,
             "log_tail": payload.get("log_tail"),
-            "worker": getattr(report, "node", None) and getattr(report.node, "gateway", None)
+            "worker": getattr(report, "node", None)
+            and getattr(report.node, "gateway", None)
             and report.node.gateway.id,
             "info": payload.get("info") or {},
             "gpu": payload.get("gpu"),
@@ -149,8 +150,10 @@ class ReportCollector:
         counts: dict[str, int] = {}
         for c in cells:
             counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
-        tr.write_line(f"{len(cells)} cells on {self.state.fingerprint.summary()}: "
-                      + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        tr.write_line(
+            f"{len(cells)} cells on {self.state.fingerprint.summary()}: "
+            + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        )
         for c in cells:
             if c["outcome"] == "xpassed" and c["rules"]:
                 tr.write_line(f"evidence against rule(s) {', '.join(c['rules'])}: {c['nodeid']} passed")

@@ -27,8 +27,8 @@ BAD = frozenset({"failed", "error"})
 _SERIOUSNESS = ("not-covered", "skipped", "passed", "xpassed", "xfailed", "failed", "error")
 
 _THRESHOLD = re.compile(
-    r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)\s*:\s*(?P<sign>[+-])\s*(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"\s*(?P<pct>%)?\s*$"
+    r"[ \t]*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*:[ \t]*(?P<sign>[+-])[ \t]*"
+    r"(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*(?P<pct>%)?[ \t]*"
 )
 
 
@@ -67,7 +67,7 @@ class Threshold:
 
 def parse_threshold(expr: str) -> Threshold:
     """Parse `METRIC:+N`, `METRIC:-N`, `METRIC:+N%` or `METRIC:-N%`; anything else is a one-line ValueError."""
-    match = _THRESHOLD.match(expr or "")
+    match = _THRESHOLD.fullmatch(expr or "")
     if not match:
         raise ValueError(
             f"bad threshold {expr!r}: expected METRIC:+N or METRIC:-N, optionally with %, "
@@ -139,8 +139,12 @@ class DiffResult:
     @property
     def clean(self) -> bool:
         return not (
-            self.regressions or self.improvements or self.new_broken or self.stale_rules
-            or self.new_cells or self.missing_cells
+            self.regressions
+            or self.improvements
+            or self.new_broken
+            or self.stale_rules
+            or self.new_cells
+            or self.missing_cells
         )
 
 
@@ -291,9 +295,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
 
     for key, after in cur.items():
         before = base.get(key)
-        known = (
-            {f.id for f in before.findings} if before is not None else base_broken_ids
-        )
+        known = {f.id for f in before.findings} if before is not None else base_broken_ids
         for finding in after.findings:
             if finding.severity == "broken" and finding.id not in known:
                 new_broken.append(
@@ -310,8 +312,15 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
             continue
         if before.outcome in GOOD and after.outcome in BAD:
             regressions.append(
-                Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome,
-                       detail=" ".join((after.reason or "").split())[:300])
+                Change(
+                    key,
+                    after.nodeid,
+                    after.runner,
+                    "outcome",
+                    before.outcome,
+                    after.outcome,
+                    detail=" ".join((after.reason or "").split())[:300],
+                )
             )
         elif before.outcome in BAD and after.outcome in {"passed", "xpassed"}:
             improvements.append(Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome))
@@ -353,10 +362,7 @@ def _change_line(change: Change) -> str:
 def format_diff(result: DiffResult, limit: int = 50) -> str:
     """Human-readable diff for a terminal or a CI log; the first line is the verdict."""
     if result.regressed:
-        verdict = (
-            f"REGRESSED: {len(result.regressions)} regression(s), "
-            f"{len(result.new_broken)} new broken finding(s)"
-        )
+        verdict = f"REGRESSED: {len(result.regressions)} regression(s), {len(result.new_broken)} new broken finding(s)"
     elif result.clean:
         verdict = "clean: no differences"
     else:
@@ -383,4 +389,3 @@ def format_diff(result: DiffResult, limit: int = 50) -> str:
     lines += _section("New cells", list(result.new_cells), limit)
     lines += _section("Missing cells", list(result.missing_cells), limit)
     return "\n".join(lines) + "\n"
-

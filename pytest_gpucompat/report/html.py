@@ -39,12 +39,31 @@ CELL_WORDS: dict[str, str] = {
 }
 
 _FINGERPRINT_KEYS = (
-    "driver", "cuda_driver", "cuda_runtime", "interconnect", "os", "libc", "python", "container",
-    "cuda_visible_devices", "params", "schema",
+    "driver",
+    "cuda_driver",
+    "cuda_runtime",
+    "interconnect",
+    "os",
+    "libc",
+    "python",
+    "container",
+    "cuda_visible_devices",
+    "params",
+    "schema",
 )
 _GPU_COLUMNS = (
-    "index", "name", "architecture", "compute_capability", "memory_mib", "pcie_generation", "pcie_width", "ecc",
-    "mig", "persistence", "vbios", "uuid",
+    "index",
+    "name",
+    "architecture",
+    "compute_capability",
+    "memory_mib",
+    "pcie_generation",
+    "pcie_width",
+    "ecc",
+    "mig",
+    "persistence",
+    "vbios",
+    "uuid",
 )
 
 
@@ -57,8 +76,11 @@ def _json_for_script(data: Any) -> str:
     """JSON that cannot end its <script> element early nor be read as markup."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return (
-        text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
     )
 
 
@@ -90,17 +112,14 @@ def _summary_bar(report: Report) -> str:
         n = summary["outcomes"][outcome]
         if n:
             pct = n / total * 100
-            segments.append(
-                f'<span class="seg o-{outcome}" style="width:{pct:.3f}%" title="{e(outcome)}: {n}"></span>'
-            )
+            segments.append(f'<span class="seg o-{outcome}" style="width:{pct:.3f}%" title="{e(outcome)}: {n}"></span>')
         legend.append(
-            f'<li class="{"" if n else "zero"}"><span class="swatch o-{outcome}"></span>'
-            f"{e(outcome)} <b>{n}</b></li>"
+            f'<li class="{"" if n else "zero"}"><span class="swatch o-{outcome}"></span>{e(outcome)} <b>{n}</b></li>'
         )
     uncovered = summary["uncovered"]
     facts = (
         f'<p class="facts"><b>{summary["cells"]}</b> cells · <b>{summary["nodeids"]}</b> test items · '
-        f'<b>{summary["runners"]}</b> runner{"s" if summary["runners"] != 1 else ""}'
+        f"<b>{summary['runners']}</b> runner{'s' if summary['runners'] != 1 else ''}"
         + (f' · <a href="#uncovered"><b>{uncovered}</b> covered by no runner</a>' if uncovered else "")
         + "</p>"
     )
@@ -133,16 +152,14 @@ def _filters(report: Report) -> str:
 
 def _runner_header(index: int, name: str, fingerprint: Mapping[str, Any], counts: Mapping[str, int]) -> str:
     versions = " · ".join(f"{k} {v}" for k, v in engine_versions(fingerprint))
-    bad = counts.get("failed", 0) + counts.get("error", 0)
-    ok = counts.get("passed", 0)
+    tally = [f'<span class="ok">{counts.get("passed", 0)} passed</span>']
+    tally += [f'<span class="bad">{counts[o]} {o}</span>' for o in ("failed", "error") if counts.get(o)]
     return (
         f'<th scope="col" class="runner"><a class="rname" href="#runner-{index}">{e(name)}</a>'
         f'<div class="gpu">{e(gpu_summary(fingerprint))}</div>'
         f'<div class="sw">{e(stack_summary(fingerprint))}</div>'
         + (f'<div class="pk">{e(versions)}</div>' if versions else "")
-        + f'<div class="rc"><span class="ok">{ok} passed</span>'
-        + (f' · <span class="bad">{bad} failed</span>' if bad else "")
-        + "</div></th>"
+        + f'<div class="rc">{" · ".join(tally)}</div></th>'
     )
 
 
@@ -177,8 +194,9 @@ def _cell_td(cell: Cell | None, index: int | None) -> str:
             (f.severity for f in cell.findings),
             key=lambda s: SEVERITIES.index(s) if s in SEVERITIES else len(SEVERITIES),
         )
-        marks.append(f'<span class="mark sev-{e(worst)}" title="{len(cell.findings)} finding(s)">'
-                     f"{len(cell.findings)}</span>")
+        marks.append(
+            f'<span class="mark sev-{e(worst)}" title="{len(cell.findings)} finding(s)">{len(cell.findings)}</span>'
+        )
     duration = f"{cell.duration_s:.1f} s" if cell.duration_s is not None and cell.ran else ""
     title = f"{cell.runner}: {cell.outcome}" + (f" — {_first_line(cell.reason)}" if cell.reason else "")
     return (
@@ -211,9 +229,7 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
                 f'<span class="func">{e(func)}</span> <span class="path">{e(path)}</span></th></tr>'
             )
         outcomes = " ".join(sorted({c.outcome for c in row.values()}))
-        tds = "".join(
-            _cell_td(row.get(name), index_of.get(id(row[name])) if name in row else None) for name in runners
-        )
+        tds = "".join(_cell_td(row.get(name), index_of.get(id(row[name])) if name in row else None) for name in runners)
         body.append(
             f'<tr class="row" data-engine="{e(any_cell.engine or "")}" data-outcomes="{e(outcomes)}" '
             f'data-search="{e(_search_text(row))}">{_row_header(any_cell)}{tds}</tr>'
@@ -221,7 +237,7 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
     return (
         '<div class="matrix-wrap"><table class="matrix"><thead><tr>'
         f'<th class="corner" scope="col">test · engine · params</th>{head}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table></div>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
         '<p id="no-rows" class="empty" hidden>No rows match the filters.</p>'
     )
 
@@ -252,7 +268,7 @@ def _stale_section(report: Report) -> str:
     if not stale:
         return ""
     items = "".join(
-        f"<li><code>{e(s.rule_id)}</code>: {e(s.suggestion)}<br><span class=\"muted\">XPASS on "
+        f'<li><code>{e(s.rule_id)}</code>: {e(s.suggestion)}<br><span class="muted">XPASS on '
         f"{e(', '.join(s.cells[:5]))}{e(f' and {len(s.cells) - 5} more') if len(s.cells) > 5 else ''}</span></li>"
         for s in stale
     )
@@ -291,9 +307,9 @@ def _kv_rows(pairs: Iterable[tuple[str, Any]]) -> str:
     return "".join(f"<tr><th>{e(k)}</th><td>{e(_plain(v))}</td></tr>" for k, v in pairs)
 
 
-def _fingerprint_card(index: int, name: str, fp: Mapping[str, Any]) -> str:
+def _fingerprint_card(index: int, name: str, fp: Mapping[str, Any], is_open: bool = False) -> str:
     parts = [
-        f'<details class="fp" id="runner-{index}"><summary><b>{e(name)}</b>'
+        f'<details class="fp" id="runner-{index}"{" open" if is_open else ""}><summary><b>{e(name)}</b>'
         f'<span class="muted"> · {e(gpu_summary(fp))} · {e(stack_summary(fp))}</span></summary><div class="fp-body">'
     ]
     if fp.get("name") not in (None, name):
@@ -314,17 +330,18 @@ def _fingerprint_card(index: int, name: str, fp: Mapping[str, Any]) -> str:
         extra_cols = sorted({k for g in gpus for k in g} - set(columns))
         columns += extra_cols
         head = "".join(f"<th>{e(c)}</th>" for c in columns)
-        rows = "".join(
-            "<tr>" + "".join(f"<td>{e(_plain(g.get(c, '')))}</td>" for c in columns) + "</tr>" for g in gpus
+        rows = "".join("<tr>" + "".join(f"<td>{e(_plain(g.get(c, '')))}</td>" for c in columns) + "</tr>" for g in gpus)
+        parts.append(
+            f'<h4>GPUs</h4><div class="scroll"><table class="grid"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>"
         )
-        parts.append(f'<h4>GPUs</h4><div class="scroll"><table class="grid"><thead><tr>{head}</tr></thead>'
-                     f"<tbody>{rows}</tbody></table></div>")
     links = fp.get("links") or []
     if links:
         items = "".join(
             f"<li>GPU {e(link.get('a'))} ↔ GPU {e(link.get('b'))}: {e(link.get('kind'))} "
-            f"<span class=\"muted\">{e(link.get('path') or '')}</span></li>"
-            if isinstance(link, Mapping) else f"<li>{e(_plain(link))}</li>"
+            f'<span class="muted">{e(link.get("path") or "")}</span></li>'
+            if isinstance(link, Mapping)
+            else f"<li>{e(_plain(link))}</li>"
             for link in links
         )
         parts.append(f"<h4>Links</h4><ul>{items}</ul>")
@@ -339,8 +356,7 @@ def _fingerprint_card(index: int, name: str, fp: Mapping[str, Any]) -> str:
     rest = {k: v for k, v in fp.items() if k not in shown}
     if rest:
         parts.append(
-            "<h4>Other fields</h4><pre>" + e(json.dumps(rest, indent=2, ensure_ascii=False, sort_keys=True))
-            + "</pre>"
+            "<h4>Other fields</h4><pre>" + e(json.dumps(rest, indent=2, ensure_ascii=False, sort_keys=True)) + "</pre>"
         )
     parts.append("</div></details>")
     return "".join(parts)
@@ -362,10 +378,13 @@ def render_html(report: Report) -> str:
         '<p class="banner">The run was interrupted: the matrix is incomplete.</p>' if report.interrupted else ""
     )
     title = f"GPU compatibility report · {summary['cells']} cells · {summary['runners']} runners"
-    cards = "".join(_fingerprint_card(i, name, fp) for i, (name, fp) in enumerate(report.runners.items()))
+    single = len(report.runners) == 1
+    cards = "".join(
+        _fingerprint_card(i, name, fp, is_open=single) for i, (name, fp) in enumerate(report.runners.items())
+    )
     return "".join(
         [
-            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
@@ -422,8 +441,9 @@ border:1px solid var(--line);border-radius:8px;margin:12px 0}
 #f-engine{padding:5px 8px;border:1px solid #cbd5e1;border-radius:6px;font:inherit;background:#fff}
 .outcomes{display:flex;flex-wrap:wrap;gap:4px 12px}.chk{display:flex;align-items:center;gap:5px;cursor:pointer}
 .chk .n{color:var(--muted);font-size:12px}
-.matrix-wrap{max-height:76vh;overflow:auto;border:1px solid var(--line);border-radius:8px}
-table.matrix{border-collapse:separate;border-spacing:0;min-width:100%}
+.matrix-wrap{max-height:76vh;overflow:auto;border:1px solid var(--line);border-radius:8px;width:fit-content;
+max-width:100%}
+table.matrix{border-collapse:separate;border-spacing:0}
 .matrix thead th{position:sticky;top:0;z-index:2;background:#fff;border-bottom:2px solid var(--line);
 text-align:left;vertical-align:bottom;padding:8px 10px;font-weight:normal}
 .matrix th.corner{left:0;z-index:3;color:var(--muted);font-size:12px}
@@ -538,12 +558,17 @@ fl.appendChild(box);});add('Findings',fl);}
 var metrics={};Object.keys(c.metrics||{}).forEach(function(k){var v=c.metrics[k];
 metrics[k]=(v===null?'n/a':(Math.abs(v)>=1000||Number.isInteger(v)?v:Number(v.toPrecision(4))));});
 if(Object.keys(metrics).length)add('Metrics',kvTable(metrics));
-var info={};if(c.engine)info.engine=c.engine;Object.keys(c.params||{}).forEach(function(k){info['param '+k]=c.params[k];});
+var info={};if(c.engine)info.engine=c.engine;
+Object.keys(c.params||{}).forEach(function(k){info['param '+k]=c.params[k];});
 Object.keys(c.axes||{}).forEach(function(k){info['axis '+k]=c.axes[k];});
 if(c.duration_s!==null&&c.duration_s!==undefined)info.duration=c.duration_s.toFixed(2)+' s';
 if(c.when)info.phase=c.when;if(c.worker)info.worker=c.worker;
 if(Object.keys(info).length)add('Cell',kvTable(info));
-if(c.log_tail){add('Log tail',el('pre','log',c.log_tail));}
+var known=['nodeid','test','engine','params','axes','outcome','reason','rules','findings','metrics','duration_s',
+'log_tail','worker','runner','when'];var other={};Object.keys(c).forEach(function(k){
+if(known.indexOf(k)<0&&c[k]!==null&&c[k]!==undefined)other[k]=c[k];});
+if(Object.keys(other).length)add('Other',kvTable(other));
+if(c.log_tail){add('Log tail',el('pre','log',c.log_tail.replace(/\\x1b\\[[0-9;?]*[ -\\/]*[@-~]/g,'')));}
 detail.hidden=false;
 if(selected)selected.classList.remove('selected');selected=td||null;if(selected)selected.classList.add('selected');}
 function hide(){detail.hidden=true;if(selected){selected.classList.remove('selected');selected=null;}}
@@ -575,10 +600,15 @@ boxes.forEach(function(b){b.checked=true;});if(apply()!==rows.length)problems.pu
 if(text){text.value='no-such-cell-zz9';if(apply()!==0)problems.push('text filter left rows visible');
 text.value='';apply();}
 var first=document.querySelector('td[data-cell]');
-if(!first){problems.push('no clickable cell');}else{first.click();var c=cells[Number(first.getAttribute('data-cell'))];
+var bad=null,best=-1;Array.prototype.forEach.call(document.querySelectorAll(
+'td[data-outcome=failed],td[data-outcome=error]'),function(td){var c=cells[Number(td.getAttribute('data-cell'))];
+var score=(c.log_tail?2:0)+(c.reason?1:0)+(c.findings.length?1:0);if(score>best){best=score;bad=td;}});
+if(!first){problems.push('no clickable cell');}
+[first,bad].forEach(function(td){if(!td)return;td.click();var c=cells[Number(td.getAttribute('data-cell'))];
 if(detail.hidden)problems.push('details did not open');
-if(body.textContent.indexOf(c.nodeid)<0)problems.push('details lack the nodeid');
-if(!first.classList.contains('selected'))problems.push('cell not marked selected');}
+if(body.textContent.indexOf(c.nodeid)<0)problems.push('details lack the nodeid of '+c.nodeid);
+if(c.reason&&body.textContent.indexOf(c.reason.split('\\n')[0])<0)problems.push('details lack the reason');
+if(!td.classList.contains('selected'))problems.push('cell not marked selected');});
 }catch(err){problems.push('exception: '+err);}
 var result=problems.length?'fail: '+problems.join('; '):'ok';
 out.setAttribute('data-result',result);out.textContent=result;}

@@ -17,8 +17,12 @@ from .model import Cell, Report, format_params, gpu_summary
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
+# Terminal colour and cursor sequences: noise in a CI test report.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
 def _clean(value: Any) -> str:
-    return _XML_INVALID.sub("\ufffd", "" if value is None else str(value))
+    return _XML_INVALID.sub("\ufffd", _ANSI.sub("", "" if value is None else str(value)))
 
 
 def _prop(parent: ET.Element, name: str, value: Any) -> None:
@@ -45,7 +49,8 @@ def _suite_properties(suite: ET.Element, fingerprint: Mapping[str, Any]) -> None
         detail = ", ".join(
             f"{key} {gpu[key]}" for key in ("architecture", "compute_capability", "memory_mib") if gpu.get(key)
         )
-        _prop(props, f"gpu.{gpu.get('index', i)}", f"{gpu.get('name') or 'unknown'}" + (f" ({detail})" if detail else ""))
+        label = str(gpu.get("name") or "unknown") + (f" ({detail})" if detail else "")
+        _prop(props, f"gpu.{gpu.get('index', i)}", label)
     for key in ("driver", "cuda_driver", "cuda_runtime", "interconnect", "os", "libc", "python", "container"):
         if fingerprint.get(key) is not None:
             _prop(props, key, fingerprint[key])

@@ -96,8 +96,7 @@ def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50)
         out += _table(
             ["Outcome", *(_text(r) for r in runners), "Total"],
             [
-                [o, *(str(summary["per_runner"].get(r, {}).get(o, 0)) for r in runners),
-                 str(summary["outcomes"][o])]
+                [o, *(str(summary["per_runner"].get(r, {}).get(o, 0)) for r in runners), str(summary["outcomes"][o])]
                 for o in present
             ],
         )

@@ -100,7 +100,7 @@ def matrix_rows(report: Report) -> list[tuple[str, dict[str, Cell]]]:
     """Matrix rows (nodeid, runner -> cell) grouped by test function, each group in first-seen order."""
     matrix = cell_matrix(report)
     first_test: dict[str, int] = {}
-    for nodeid, row in matrix.items():
+    for row in matrix.values():
         test = next(iter(row.values())).test
         first_test.setdefault(test, len(first_test))
     order = {nodeid: i for i, nodeid in enumerate(matrix)}

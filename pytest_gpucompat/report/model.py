@@ -7,13 +7,14 @@ keys, types, enums) and says what is wrong in one line that names the file and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,21 @@ class Cell:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _KEYS = (
-        "nodeid", "test", "engine", "params", "axes", "outcome", "reason", "rules", "findings", "metrics",
-        "duration_s", "log_tail", "worker", "runner", "when",
+        "nodeid",
+        "test",
+        "engine",
+        "params",
+        "axes",
+        "outcome",
+        "reason",
+        "rules",
+        "findings",
+        "metrics",
+        "duration_s",
+        "log_tail",
+        "worker",
+        "runner",
+        "when",
     )
 
     def __post_init__(self) -> None:
@@ -169,7 +183,17 @@ class Cell:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, runner: str | None = None) -> Cell:
-        """Build from the JSON form; `runner` fills in a missing `runner` key (the plugin knows its own name)."""
+        """Build from the JSON form; `runner` fills in a missing `runner` key (the plugin knows its own name).
+
+        Unknown keys are kept in `extra`; a mapping under the key `extra` is merged into them (so a caller can
+        pass the dataclass field by name), and they are written back as plain keys of the cell.
+        """
+        extra = _split_known(data, cls._KEYS)
+        nested = extra.pop("extra", None)
+        if isinstance(nested, Mapping):
+            extra = {**nested, **extra}
+        elif nested is not None:
+            extra["extra"] = nested
         return cls(
             nodeid=str(data["nodeid"]),
             test=data.get("test") or "",
@@ -186,7 +210,7 @@ class Cell:
             worker=data.get("worker"),
             runner=str(data.get("runner") or runner or ""),
             when=data.get("when"),
-            extra=_split_known(data, cls._KEYS),
+            extra=extra,
         )
 
 
@@ -204,7 +228,14 @@ class Report:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _KEYS = (
-        "schema_version", "tool_version", "created", "interrupted", "exitstatus", "summary", "runners", "cells",
+        "schema_version",
+        "tool_version",
+        "created",
+        "interrupted",
+        "exitstatus",
+        "summary",
+        "runners",
+        "cells",
     )
 
     def __post_init__(self) -> None:
@@ -227,8 +258,9 @@ class Report:
     ) -> Report:
         """The report of one pytest run: one runner, named by its fingerprint (`local` when it has no name)."""
         name = str(fingerprint.get("name") or "local")
+        # One run, one runner: every cell is this runner's, whatever its dict said.
         built = tuple(
-            c if isinstance(c, Cell) else Cell.from_dict(c, runner=name) for c in cells
+            replace(c, runner=name) if isinstance(c, Cell) else Cell.from_dict({**c, "runner": name}) for c in cells
         )
         return cls(
             runners={name: dict(fingerprint)},
@@ -354,8 +386,6 @@ def _type(value: Any, path: str, *kinds: str) -> None:
     kind = _kind(value)
     if kind in kinds or (kind == "integer" and "number" in kinds):
         return
-    if kind == "number" and "number" not in kinds and not math.isfinite(value):
-        kind = "non-finite number"
     raise _Invalid(path, f"expected {' or '.join(kinds)}, got {kind} {_show(value)}")
 
 
@@ -476,9 +506,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ReportError(
-            f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-        ) from None
+        raise ReportError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise ReportError(f"{name}: not valid JSON (nested too deeply)") from None
     try:
@@ -508,10 +536,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     if os.name == "posix":
         try:

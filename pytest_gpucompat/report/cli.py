@@ -1,0 +1,157 @@
+"""`gpucompat report | merge | diff`: thin commands over the report modules.
+
+Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression
+(diff only), 2 bad input or an output that cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .diff import diff_reports, format_diff, parse_threshold
+from .html import render_html
+from .junit import render_junit
+from .markdown import render_markdown, write_step_summary
+from .merge import merge_reports
+from .model import ReportError, load_report, write_report_atomic, write_text_atomic
+
+EXIT_OK = 0
+EXIT_REGRESSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _error(command: str, message: str) -> int:
+    print(f"gpucompat {command}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _os_message(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
+def cmd_report(
+    path: str | os.PathLike[str],
+    html: str | os.PathLike[str] | None = None,
+    markdown: str | os.PathLike[str] | None = None,
+    junit: str | os.PathLike[str] | None = None,
+) -> int:
+    """Render a report; with no output option the Markdown goes to stdout. Also fills $GITHUB_STEP_SUMMARY."""
+    try:
+        report = load_report(path)
+    except ReportError as exc:
+        return _error("report", str(exc))
+    md = render_markdown(report)
+    try:
+        if html:
+            write_text_atomic(html, render_html(report))
+        if markdown:
+            write_text_atomic(markdown, md)
+        if junit:
+            write_text_atomic(junit, render_junit(report))
+        write_step_summary(md)
+    except OSError as exc:
+        return _error("report", f"cannot write {_os_message(exc)}")
+    if not (html or markdown or junit):
+        sys.stdout.write(md)
+    return EXIT_OK
+
+
+def cmd_merge(
+    paths: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    html: str | os.PathLike[str] | None = None,
+) -> int:
+    """Merge runner reports into one; runner names that repeat get `#2`, `#3`, ..."""
+    if not paths:
+        return _error("merge", "no reports given")
+    try:
+        reports = [load_report(p) for p in paths]
+    except ReportError as exc:
+        return _error("merge", str(exc))
+    merged = merge_reports(reports)
+    try:
+        write_report_atomic(merged, output)
+        if html:
+            write_text_atomic(html, render_html(merged))
+    except OSError as exc:
+        return _error("merge", f"cannot write {_os_message(exc)}")
+    print(f"gpucompat merge: {len(merged.cells)} cells of {len(merged.runners)} runners -> {os.fspath(output)}")
+    return EXIT_OK
+
+
+def cmd_diff(
+    baseline: str | os.PathLike[str],
+    current: str | os.PathLike[str],
+    fail_on: Sequence[str] | None = None,
+) -> int:
+    """Compare current with baseline: exit 1 on a regression, 0 when none, 2 on bad input."""
+    try:
+        thresholds = [parse_threshold(expr) for expr in fail_on or ()]
+    except ValueError as exc:
+        return _error("diff", str(exc))
+    try:
+        old = load_report(baseline)
+        new = load_report(current)
+    except ReportError as exc:
+        return _error("diff", str(exc))
+    result = diff_reports(old, new, thresholds)
+    sys.stdout.write(format_diff(result))
+    return EXIT_REGRESSED if result.regressed else EXIT_OK
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    return cmd_report(args.report, html=args.html, markdown=args.markdown, junit=args.junit)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    return cmd_merge(args.reports, args.output, html=args.html)
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    return cmd_diff(args.baseline, args.current, args.fail_on or [])
+
+
+def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register `report`, `merge` and `diff`; each sets `func(args) -> int` as its default."""
+    p = subparsers.add_parser(
+        "report",
+        help="render a report as HTML, Markdown or JUnit XML",
+        description="Render a gpucompat report. Without an output option the Markdown summary is printed. "
+        "When $GITHUB_STEP_SUMMARY is set the summary is appended to it.",
+    )
+    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    p.add_argument("--html", metavar="FILE", help="write the self-contained HTML matrix here")
+    p.add_argument("--markdown", metavar="FILE", help="write the Markdown summary here")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    p.set_defaults(func=_run_report)
+
+    p = subparsers.add_parser(
+        "merge",
+        help="merge the reports of several runners into one matrix",
+        description="Merge runner reports. Duplicate runner names are suffixed #2, #3, ... in argument order.",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT", help="report JSON files")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="merged report JSON to write")
+    p.add_argument("--html", metavar="FILE", help="also write the HTML matrix of the merged report")
+    p.set_defaults(func=_run_merge)
+
+    p = subparsers.add_parser(
+        "diff",
+        help="compare a report with a baseline (CI gate)",
+        description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails, "
+        "a new broken finding, a metric worse than a --fail-on threshold), 0 otherwise, 2 on bad input.",
+    )
+    p.add_argument("baseline", help="baseline report JSON")
+    p.add_argument("current", help="current report JSON")
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        metavar="METRIC:±N[%]",
+        help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), "
+        "leak_mib_per_cycle:+1 (a rise of more than 1)",
+    )
+    p.set_defaults(func=_run_diff)

@@ -1,0 +1,82 @@
+"""Precision drift: each engine and dtype against the float32 transformers reference on the same model.
+
+Greedy tokens and top-N logprobs are compared the way vLLM's check_logprobs_close does (at the first
+divergent token each side's choice must be in the other's top-N) plus SGLang-style max |delta logprob|;
+the tolerances per dtype live in matrices/thresholds.yaml. A dtype or KV-cache dtype the engine
+silently replaced is flagged as a degraded finding with what actually ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucompat.compare import (
+    compare_generations,
+    cosine_similarity,
+    thresholds_for,
+    verdict_drift,
+    verdict_embeddings,
+)
+from pytest_gpucompat.models import fixed_prompts, model_vocab_size
+
+PROMPTS = 8
+PROMPT_LEN = 16
+MAX_TOKENS = 16
+TOP_N = 5
+
+
+def _same_dtype(asked: str, ran: str | None) -> bool:
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+    a = aliases.get(asked.lower(), asked.lower())
+    r = aliases.get((ran or "").lower().removeprefix("torch."), (ran or "").lower().removeprefix("torch."))
+    return a == r
+
+
+def _check_what_ran(cell, info, flag, record) -> None:
+    asked = str(cell.params.get("dtype", "auto"))
+    if asked not in ("auto", "fp8") and info.dtype and not _same_dtype(asked, info.dtype):
+        flag("runtime-dtype-replaced", f"asked dtype {asked}, the engine ran {info.dtype}")
+    asked_kv = cell.params.get("kv_cache_dtype")
+    if asked_kv not in (None, "auto") and info.kv_cache_dtype is not None:
+        ran = str(info.kv_cache_dtype).lower()
+        if "fp8" not in ran and "float8" not in ran:
+            flag("runtime-kv-cache-dtype-replaced", f"asked KV cache {asked_kv}, the engine ran {info.kv_cache_dtype}")
+    if info.attention_backend:
+        record("attention_backend_known", 1.0)
+
+
+@pytest.mark.gpucompat(matrix="precision")
+def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference, gpucompat_model,
+                                          gpucompat_record, gpucompat_flag):
+    dtype = str(gpucompat_cell.params.get("dtype", "auto"))
+    kv = gpucompat_cell.params.get("kv_cache_dtype")
+    key = "fp8" if (kv not in (None, "auto")) else dtype
+    thresholds = thresholds_for(key)
+    prompts = fixed_prompts(PROMPTS, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=3)
+
+    reference = gpucompat_reference.engine.generate(prompts, MAX_TOKENS, TOP_N)
+    candidate = gpucompat_engine.engine.generate(prompts, MAX_TOKENS, TOP_N)
+    metrics = compare_generations(reference, candidate, TOP_N)
+    for name in ("max_abs_logprob_delta", "mean_abs_logprob_delta", "token_agreement"):
+        gpucompat_record(name, float(getattr(metrics, name)))
+    gpucompat_record("logprobs_close", 1.0 if metrics.logprobs_close else 0.0)
+    _check_what_ran(gpucompat_cell, gpucompat_engine.info, gpucompat_flag, gpucompat_record)
+
+    ok, message = verdict_drift(metrics, thresholds)
+    assert ok, f"{gpucompat_cell.engine} {key} drifted from the float32 reference: {message}"
+
+
+@pytest.mark.gpucompat(matrix="precision")
+def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference, gpucompat_model,
+                                            gpucompat_record):
+    dtype = str(gpucompat_cell.params.get("dtype", "auto"))
+    prompts = fixed_prompts(4, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=4)
+    try:
+        candidate = gpucompat_engine.engine.embed(prompts)
+    except NotImplementedError as exc:
+        pytest.skip(f"{gpucompat_cell.engine} does not embed with this model and these parameters: {exc}")
+    reference = gpucompat_reference.engine.embed(prompts)
+    sims = [cosine_similarity(a, b) for a, b in zip(reference, candidate)]
+    gpucompat_record("min_cosine", min(sims))
+    ok, message = verdict_embeddings(sims, thresholds_for(dtype))
+    assert ok, f"{gpucompat_cell.engine} {dtype} embeddings drifted: {message}"
