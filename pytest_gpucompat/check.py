@@ -47,7 +47,13 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
         lines.append(f"{_HEADINGS[severity]} ({len(group)})")
         for f in group:
             lines.extend(_finding_lines(f))
-    advice = [f for f in findings if f.severity == "advice"]
+    advice = [f for f in findings if f.severity == "advice" and f.confidence != "documents"]
+    hearsay = [f for f in findings if f.severity == "advice" and f.confidence == "documents"]
+    if hearsay:
+        lines.append("")
+        lines.append(f"UNCONFIRMED ADVICE from the seed documents, kept for evidence, not recommended ({len(hearsay)})")
+        for f in hearsay:
+            lines.append(_wrap(f"- [{f.id}] {f.summary}", "    "))
     if advice:
         lines.append("")
         lines.append(f"RECOMMENDATIONS for this hardware ({len(advice)})")

@@ -134,10 +134,8 @@ def _compare_one(index: int, ref: Generation, cand: Generation, top_n: int) -> t
         c = _top(cand.logprobs[p], top_n)
         for token in r.keys() & c.keys():
             a, b = r[token], c[token]
-            if not (math.isfinite(a) and math.isfinite(b)):
-                d = 0.0 if a == b else math.inf
-            else:
-                d = abs(a - b)
+            finite = math.isfinite(a) and math.isfinite(b)
+            d = abs(a - b) if finite else (0.0 if a == b else math.inf)
             deltas.append(d)
             if d > worst:
                 worst, worst_pos = d, p
@@ -318,6 +316,8 @@ def thresholds_for(dtype: str, table: Mapping[str, Mapping[str, Any]] | None = N
     """The thresholds of one dtype (loading the default table when none is given)."""
     table = load_thresholds() if table is None else table
     key = thresholds_key(dtype)
+    if key == "auto":
+        raise ValueError("no thresholds for dtype 'auto': use the dtype the engine reported it ran (RunInfo.dtype)")
     if key not in table:
         raise ValueError(f"no thresholds for dtype {dtype!r} (have: {', '.join(sorted(table))})")
     return dict(table[key])

@@ -8,6 +8,7 @@ times, before a sample is trusted. psutil is not needed: RSS comes from /proc (o
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -126,10 +127,8 @@ def _nvml(device_index: int, pid: int) -> tuple[float | None, float | None]:
     except Exception:
         return None, None
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def nvml_index(device_index: int) -> int:

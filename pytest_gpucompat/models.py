@@ -264,7 +264,9 @@ def _write_tokenizer(target: Path, config: Mapping[str, Any]) -> None:
     (target / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
 
 
-def fixed_prompts(n: int, length: int, vocab_size: int, seed: int = 0, *, low: int = FIRST_REGULAR_ID) -> list[list[int]]:
+def fixed_prompts(
+    n: int, length: int, vocab_size: int, seed: int = 0, *, low: int = FIRST_REGULAR_ID
+) -> list[list[int]]:
     """`n` prompts of `length` token ids in [low, vocab_size), the same on every machine and Python version.
 
     Ids come from SHA-256, not `random`, so a report from one runner is comparable with another's. `low` skips the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -394,14 +395,28 @@ def _facts(fp: Fingerprint) -> Facts:
 
 
 def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
-    """Every condition must hold; a condition on a field the fingerprint lacks does not hold."""
-    if rule.engine is not None:
-        if engine is not None:
-            if engine != rule.engine:
-                return False
-        elif rule.engine not in facts.packages and _norm_value(params.get("engine")) != rule.engine:
-            return False
-    w = rule.when
+    """Every condition must hold; a condition on a field the fingerprint lacks does not hold.
+
+    The reference definition of a match, one rule at a time; ``matching_rules`` gives the same answer for a
+    whole knowledge base through an index built from these same functions.
+    """
+    return (
+        _engine_holds(rule.engine, facts, engine, params)
+        and _fingerprint_holds(rule.when, facts)
+        and _params_hold(rule.when, params)
+    )
+
+
+def _engine_holds(wanted: str | None, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
+    if wanted is None:
+        return True
+    if engine is not None:
+        return engine == wanted
+    return wanted in facts.packages or _norm_value(params.get("engine")) == wanted
+
+
+def _fingerprint_holds(w: Conditions, facts: Facts) -> bool:
+    """The conditions on the machine: GPUs, driver, CUDA, links, package versions."""
     if w.driver is not None and (facts.driver is None or not matches(w.driver, facts.driver)):
         return False
     if w.cuda_driver is not None and (facts.cuda_driver is None or not matches(w.cuda_driver, facts.cuda_driver)):
@@ -418,6 +433,11 @@ def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[s
         version = facts.packages.get(name)
         if version is None or not matches(spec, version):
             return False
+    return not (w.has_gpu_condition and not any(_gpu_holds(w, g) for g in facts.gpus))
+
+
+def _params_hold(w: Conditions, params: Mapping[str, Any]) -> bool:
+    """The conditions on the cell: engine parameters and the model."""
     for name, cond in w.params:
         if not cond.holds(name in params, params.get(name)):
             return False
@@ -425,7 +445,7 @@ def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[s
         model = params.get("model")
         if model is None or not any(fnmatch.fnmatchcase(str(model).lower(), g) for g in w.model):
             return False
-    return not (w.has_gpu_condition and not any(_gpu_holds(w, g) for g in facts.gpus))
+    return True
 
 
 def _gpu_holds(w: Conditions, gpu: tuple[str, str | None, Version | None, Version | None]) -> bool:
@@ -442,9 +462,200 @@ def _gpu_holds(w: Conditions, gpu: tuple[str, str | None, Version | None, Versio
 def matching_rules(
     kb: KnowledgeBase, fp: Fingerprint, engine: str | None = None, params: Mapping[str, Any] | None = None
 ) -> list[Rule]:
-    facts = Facts.of(fp)
-    merged = {**fp.params, **(params or {})}
-    return [r for r in kb.rules if rule_matches(r, facts, engine, merged)]
+    """The rules of ``kb`` that match ``fp`` running ``engine`` with ``params``, in knowledge-base order.
+
+    The same answer as ``[r for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged_params)]``, from
+    an index: the machine conditions are decided once per (knowledge base, fingerprint), and each parameter value
+    is checked once against every rule that names it (see ``_Candidates``).
+    """
+    last = _LAST
+    if last is not None and last[0] is kb and last[1] is fp:
+        index = last[2]
+    else:
+        index = _fingerprint_index(kb, fp)
+    fp_params = fp.params
+    if fp_params:
+        merged: Mapping[str, Any] = {**fp_params, **(params or {})}
+    else:
+        merged = params if params is not None and type(params) is dict else dict(params or {})
+    if engine is not None:
+        candidates = index.by_engine.get(engine) or index.candidates_for(engine, None)
+    else:
+        key = _norm_value(merged.get("engine"))
+        candidates = index.by_engine_param.get(key) or index.candidates_for(None, key)
+    return candidates.match(merged)
+
+
+# --------------------------------------------------------------------------- the matching index
+
+_MAX_VALUES = 4096  # cached parameter values per name, and result sets, per candidate list
+_MAX_FINGERPRINTS = 256  # fingerprint indexes kept per knowledge base
+_UNCACHEABLE = object()
+_MISSING = object()
+
+
+def _value_key(value: Any) -> Any:
+    """A dict key for a parameter value that two values share only when every condition treats them alike.
+
+    ``1``, ``1.0`` and ``True`` are equal in Python but not to the conditions ("1" vs "true"; ``1.0`` and ``-0.0``
+    parse as other versions), so the type is part of the key; other types are not cached.
+    """
+    cls = value.__class__
+    if cls is str:
+        return value
+    if cls is int or cls is bool or value is None:
+        return (cls, value)
+    if cls is float:
+        return (cls, repr(value))
+    return _UNCACHEABLE
+
+
+class _Candidates:
+    """The rules that can still match once the machine and the engine are known, with their parameter conditions.
+
+    Bit ``i`` of a mask stands for ``rules[i]``. For each parameter name that some candidate tests, ``tables[name]``
+    maps a value to the mask of candidates whose conditions on that name hold for it (candidates that do not test
+    the name have their bit set); ``absent[name]`` is the mask when the cell lacks the name. A cell's result is the
+    AND of the masks of its values, and each distinct result is turned into its list of rules once.
+    """
+
+    __slots__ = ("rules", "conditions", "names", "all_mask", "tables", "absent", "absent_rest", "results")
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        # name -> ((bit, rule's conditions on that name), ...); "model" also carries the model globs
+        by_name: dict[str, list[tuple[int, Conditions]]] = {}
+        for i, rule in enumerate(self.rules):
+            names = {name for name, _ in rule.when.params}
+            if rule.when.model:
+                names.add("model")
+            for name in sorted(names):
+                by_name.setdefault(name, []).append((1 << i, rule.when))
+        self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
+        self.names = frozenset(self.conditions)
+        self.all_mask = (1 << len(self.rules)) - 1
+        self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
+        self.absent = {name: self._mask(name, False, None) for name in self.conditions}
+        self.absent_rest: dict[tuple[str, ...], int] = {}
+        self.results: dict[int, tuple[Rule, ...]] = {}
+
+    def _mask(self, name: str, present: bool, value: Any) -> int:
+        """Candidates whose conditions on ``name`` hold for this value (or its absence); others pass."""
+        mask = self.all_mask
+        one = {name: value} if present else {}
+        for bit, w in self.conditions[name]:
+            if not _name_holds(w, name, one):
+                mask &= ~bit
+        return mask
+
+    def _absent_except(self, present: tuple[str, ...]) -> int:
+        mask = self.absent_rest.get(present)
+        if mask is None:
+            mask = self.all_mask
+            for name, absent in self.absent.items():
+                if name not in present:
+                    mask &= absent
+            if len(self.absent_rest) < _MAX_VALUES:
+                self.absent_rest[present] = mask
+        return mask
+
+    def match(self, params: Mapping[str, Any]) -> list[Rule]:
+        if not self.conditions:
+            return list(self.rules)
+        mask = self.all_mask
+        present: list[str] = []
+        tables = self.tables
+        for name, value in params.items():
+            table = tables.get(name)
+            if table is None:
+                continue
+            present.append(name)
+            key = _value_key(value)
+            bits = table.get(key, None) if key is not _UNCACHEABLE else None
+            if bits is None:
+                bits = self._mask(name, True, value)
+                if key is not _UNCACHEABLE and len(table) < _MAX_VALUES:
+                    table[key] = bits
+            mask &= bits
+        mask &= self._absent_except(tuple(present))
+        found = self.results.get(mask)
+        if found is None:
+            found = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
+            if len(self.results) < _MAX_VALUES:
+                self.results[mask] = found
+        return list(found)
+
+
+def _name_holds(w: Conditions, name: str, params: Mapping[str, Any]) -> bool:
+    """``_params_hold`` restricted to the conditions on one parameter name."""
+    for cond_name, cond in w.params:
+        if cond_name == name and not cond.holds(name in params, params.get(name)):
+            return False
+    if name == "model" and w.model:
+        model = params.get("model")
+        if model is None or not any(fnmatch.fnmatchcase(str(model).lower(), g) for g in w.model):
+            return False
+    return True
+
+
+class _FingerprintIndex:
+    """The rules of a knowledge base whose machine conditions hold on one fingerprint, by engine."""
+
+    __slots__ = ("facts", "rules", "by_engine", "by_engine_param")
+
+    def __init__(self, kb: KnowledgeBase, facts: Facts) -> None:
+        self.facts = facts
+        self.rules = tuple(r for r in kb.rules if _fingerprint_holds(r.when, facts))
+        self.by_engine: dict[str, _Candidates] = {}
+        self.by_engine_param: dict[Any, _Candidates] = {}
+
+    def candidates_for(self, engine: str | None, engine_param: Any) -> _Candidates:
+        """Rules whose engine condition holds: for ``engine``, or (engine None) for the ``engine`` parameter."""
+        facts = self.facts
+        probe = {} if engine_param is None else {"engine": engine_param}
+        rules = [r for r in self.rules if _engine_holds(r.engine, facts, engine, probe)]
+        candidates = _Candidates(rules)
+        if engine is not None:
+            self.by_engine[engine] = candidates
+        else:
+            self.by_engine_param[engine_param] = candidates
+        return candidates
+
+
+class _KbIndex:
+    __slots__ = ("kb", "fingerprints")
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = weakref.ref(kb)
+        self.fingerprints: dict[Fingerprint, _FingerprintIndex] = {}
+
+
+_KB_INDEXES: dict[int, _KbIndex] = {}
+_LAST: tuple[KnowledgeBase, Fingerprint, _FingerprintIndex] | None = None
+
+
+def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
+    global _LAST
+    kb_index = _KB_INDEXES.get(id(kb))
+    if kb_index is None or kb_index.kb() is not kb:
+        if len(_KB_INDEXES) >= 32:
+            _KB_INDEXES.clear()
+        kb_index = _KB_INDEXES[id(kb)] = _KbIndex(kb)
+    index = kb_index.fingerprints.get(fp)
+    if index is None:
+        if len(kb_index.fingerprints) >= _MAX_FINGERPRINTS:
+            kb_index.fingerprints.clear()
+        index = kb_index.fingerprints[fp] = _FingerprintIndex(kb, Facts.of(fp))
+    _LAST = (kb, fp, index)
+    return index
+
+
+def clear_match_cache() -> None:
+    """Forget the matching indexes (they are rebuilt on the next call); for benchmarks and long-lived processes."""
+    global _LAST
+    _LAST = None
+    _KB_INDEXES.clear()
+    _facts.cache_clear()
 
 
 def filter_rules(

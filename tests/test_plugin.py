@@ -42,6 +42,7 @@ RULES = textwrap.dedent("""
         when: {params: {enforce_eager: [true]}}
         sources: [{kind: doc, ref: x}]
 """)
+OWN_RULES = ("--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
 A100 = 'name: a100-runner\ngpus: [{name: "NVIDIA A100-SXM4-80GB", compute_capability: "8.0"}]\ndriver: "550.54.15"\n'
 TEST = textwrap.dedent("""
     import pytest
@@ -76,12 +77,12 @@ def test_without_the_option_nothing_changes(project):
 
 def test_ini_option_enables(project):
     project.makeini("[pytest]\ngpucompat = true\n")
-    result = project.runpytest("--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules", "--co", "-q")
+    result = project.runpytest("--gpucompat-env", "a100.yaml", *OWN_RULES, "--co", "-q")
     result.stdout.fnmatch_lines(["*test_cell[[]vllm-kv_cache_dtype=auto-tensor_parallel_size=1[]]*"])
 
 
 def test_marks_from_rules_and_report(project):
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES,
                                "--gpucompat-report", "out.json", "-rsxX")
     # auto/tp1 passes; tp2 strict-xfails (known wrong output, upstream); tp4 runs as a non-strict xfail
     # (documents only) and passes: an XPASS, evidence against that rule; fp8 cells skip (known crash, upstream)
@@ -106,7 +107,7 @@ def test_marks_from_rules_and_report(project):
 
 
 def test_run_known_bad_turns_skips_into_strict_xfail(project):
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES,
                                "--gpucompat-run-known-bad")
     # fp8 cells now run as strict xfail; they pass in this toy test, so strict xfail fails them (XPASS strict)
     outcomes = result.parseoutcomes()
@@ -124,7 +125,7 @@ def test_degraded_findings_are_attached_not_acted_on(pytester):
             ids = [f.id for f in gpucompat_findings]
             assert ids == (["t-slow-eager"] if gpucompat_cell.params["enforce_eager"] else [])
     """)
-    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
+    result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*degraded findings attached: t-slow-eager*"])
 
@@ -183,14 +184,14 @@ def test_policy_hook_can_override(project):
         def pytest_gpucompat_decide(config, cell, findings, fingerprint):
             return Decision("run", False, "team policy: run everything", tuple(findings))
     """)
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES)
     result.assert_outcomes(passed=4, failed=2)
 
 
 def test_fleet_preview_before_running(project):
     project.makefile(".yaml", fleet="fleet:\n  a100: {gpus: [{name: A100, compute_capability: '8.0'}]}\n"
                                     "  h200: {gpus: [{name: H200, compute_capability: '9.0'}]}\n")
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "fleet.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "fleet.yaml", *OWN_RULES)
     result.stdout.fnmatch_lines([
         "*gpucompat fleet preview: 6 cells x 2 runners*",
         "*a100: A100*",
@@ -218,7 +219,7 @@ def test_interrupted_run_still_writes_the_report(pytester):
 
 def test_xdist_same_ids_and_one_report(project):
     pytest.importorskip("xdist")
-    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules",
+    result = project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES,
                                "-n", "2", "--gpucompat-report", "x.json")
     result.assert_outcomes(passed=1, xfailed=1, xpassed=1, skipped=3)
     cells = cells_of(project.path / "x.json")

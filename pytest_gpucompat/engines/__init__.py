@@ -15,6 +15,7 @@ from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generatio
 
 __all__ = [
     "ENGINE_NAMES",
+    "Unsupported",
     "DISTRIBUTIONS",
     "HARNESS_PARAMS",
     "IN_PROCESS_ENGINES",
@@ -29,7 +30,15 @@ __all__ = [
     "distribution",
     "engine_params",
     "engine_version",
+    "normalize_dtype",
+    "one_line",
+    "wants_embeddings",
 ]
+
+class Unsupported(EngineUnavailable, NotImplementedError):
+    """This engine, started this way, cannot do that call (e.g. embed on a generation engine): a skip, not a
+    failure. Both `except EngineUnavailable` and `except NotImplementedError` catch it."""
+
 
 ENGINE_NAMES: tuple[str, ...] = ("hf", "vllm", "sglang", "tensorrt-llm", "openai")
 

@@ -158,6 +158,17 @@ def _dtype_kwarg(transformers_version: str) -> str:
     return "dtype" if Version(transformers_version) >= Version("4.56") else "torch_dtype"
 
 
+def _cache_kwarg(model: Any) -> str:
+    """transformers 5.x renamed the KV-cache argument and output field `past_key_values` to `cache`."""
+    import inspect
+
+    try:
+        names = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in names else "past_key_values"
+
+
 def _greedy(model: Any, ids: Any, max_tokens: int, top_n: int) -> list[Generation]:
     """Greedy decode a batch of equal-length prompts with the KV cache, keeping float32 top-N logprobs per step."""
     import torch
@@ -169,9 +180,10 @@ def _greedy(model: Any, ids: Any, max_tokens: int, top_n: int) -> list[Generatio
     step_input = ids
     attention = torch.ones_like(ids)
     k = min(top_n, int(model.config.vocab_size) if hasattr(model.config, "vocab_size") else top_n)
+    cache_kw = _cache_kwarg(model)
     for _ in range(max_tokens):
-        out = model(input_ids=step_input, attention_mask=attention, past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=step_input, attention_mask=attention, use_cache=True, **{cache_kw: past})
+        past = getattr(out, cache_kw)
         logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
         values, indices = torch.topk(logprobs, k=k, dim=-1)
         chosen = indices[:, 0]

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import IN_PROCESS_ENGINES, canonical_name, create, one_line
+from . import IN_PROCESS_ENGINES, Unsupported, canonical_name, create, one_line
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -118,6 +118,8 @@ def _child_main(conn: Any, engine_name: str, log_path: str, env: Mapping[str, st
             else:
                 raise ValueError(f"unknown operation {op!r}")
             reply: tuple[str, Any] = ("ok", result)
+        except Unsupported as exc:
+            reply = ("unsupported", str(exc))
         except EngineUnavailable as exc:
             reply = ("unavailable", str(exc))
         except EngineFailed as exc:
@@ -172,7 +174,13 @@ class IsolatedEngine:
         shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
         term_grace_s: float = 2.0,
+        start_timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> None:
+        if start_timeout is not None:  # alias without the unit suffix
+            start_timeout_s = start_timeout
+        if call_timeout is not None:
+            call_timeout_s = call_timeout
         self.name = engine if ":" in engine else canonical_name(engine)
         if log_path is None:
             fd, tmp = tempfile.mkstemp(prefix=f"gpucompat-{self.name.replace(':', '_')}-", suffix=".log")
@@ -262,10 +270,8 @@ class IsolatedEngine:
         if self._proc is None:
             return
         if self._dead is None and self._proc.is_alive():
-            try:
+            with contextlib.suppress(EngineFailed, EngineUnavailable):
                 self._call("shutdown", None, self.shutdown_timeout_s)
-            except (EngineFailed, EngineUnavailable):
-                pass
             self._proc.join(timeout=5.0)
         self.kill()
 
@@ -300,10 +306,8 @@ class IsolatedEngine:
 
     def _stop_quietly(self) -> None:
         if self._dead is None and self._proc is not None and self._proc.is_alive():
-            try:
+            with contextlib.suppress(EngineFailed, EngineUnavailable):
                 self._call("shutdown", None, min(self.shutdown_timeout_s, 30.0))
-            except (EngineFailed, EngineUnavailable):
-                pass
         self.kill()
 
     # -- plumbing ----------------------------------------------------------------------------------------------
@@ -382,6 +386,8 @@ class IsolatedEngine:
                 raise self._died(op) from None
         if status == "ok":
             return value
+        if status == "unsupported":
+            raise Unsupported(str(value))
         if status == "unavailable":
             raise EngineUnavailable(str(value))
         if status == "failed":
@@ -431,7 +437,13 @@ class EnginePool:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         max_live: int | None = None,
+        start_timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> None:
+        if start_timeout is not None:  # aliases without the unit suffix
+            start_timeout_s = start_timeout
+        if call_timeout is not None:
+            call_timeout_s = call_timeout
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="gpucompat-logs-"))
         self.start_timeout_s = float(start_timeout_s)
         self.call_timeout_s = float(call_timeout_s)

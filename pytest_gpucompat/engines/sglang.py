@@ -20,12 +20,13 @@ What 0.5.16 provides and this adapter relies on:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import engine_params, normalize_dtype, one_line, wants_embeddings
+from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -80,7 +81,7 @@ class SGLangEngine:
     def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
         engine = self._require()
         if self._embed_mode:
-            raise EngineUnavailable("sglang engine was started for embeddings (is_embedding); it cannot generate")
+            raise Unsupported("sglang engine was started for embeddings (is_embedding); it cannot generate")
         sampling = {"max_new_tokens": int(max_tokens), "temperature": 0.0, "ignore_eos": True}
         try:
             out = engine.generate(
@@ -99,7 +100,7 @@ class SGLangEngine:
     def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
         engine = self._require()
         if not self._embed_mode:
-            raise EngineUnavailable("sglang embeddings need the engine started with task: embed (is_embedding)")
+            raise Unsupported("sglang embeddings need the engine started with task: embed (is_embedding)")
         try:
             from sglang.srt.managers.io_struct import EmbeddingReqInput
 
@@ -120,10 +121,8 @@ class SGLangEngine:
         engine, self._engine = self._engine, None
         if engine is None:
             return
-        try:
+        with contextlib.suppress(Exception):
             engine.shutdown()
-        except Exception:
-            pass
         del engine
         gc.collect()
 

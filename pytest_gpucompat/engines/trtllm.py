@@ -19,6 +19,7 @@ processing; with greedy decoding and no penalties both are log_softmax of the lo
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import time
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import engine_params, normalize_dtype, one_line, wants_embeddings
+from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.2
@@ -45,7 +46,7 @@ class TRTLLMEngine:
     def start(self, spec: EngineSpec) -> RunInfo:
         began = time.monotonic()
         if wants_embeddings(spec.params):
-            raise EngineUnavailable("tensorrt-llm: embeddings are not supported by this adapter")
+            raise Unsupported("tensorrt-llm: embeddings are not supported by this adapter")
         try:
             import tensorrt_llm
             from tensorrt_llm import LLM
@@ -121,16 +122,14 @@ class TRTLLMEngine:
         return results
 
     def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
-        raise EngineUnavailable("tensorrt-llm: embeddings are not supported by this adapter")
+        raise Unsupported("tensorrt-llm: embeddings are not supported by this adapter")
 
     def shutdown(self) -> None:
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        try:
+        with contextlib.suppress(Exception):
             llm.shutdown()
-        except Exception:
-            pass
         del llm
         gc.collect()
         try:

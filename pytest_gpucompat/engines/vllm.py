@@ -26,6 +26,7 @@ flashinfer needed for sampling).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -34,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import engine_params, normalize_dtype, one_line, wants_embeddings
+from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 ENV_DEFAULTS: dict[str, str] = {
@@ -171,7 +172,8 @@ class VLLMEngine:
         if parallel is not None:
             extra["tensor_parallel_size"] = getattr(parallel, "tensor_parallel_size", None)
         if self._embed_mode:
-            extra["pooling"] = "mean" if "pooler_config" not in kwargs or _is_mean(kwargs["pooler_config"]) else "custom"
+            pooler = kwargs.get("pooler_config")
+            extra["pooling"] = "mean" if pooler is None or _is_mean(pooler) else "custom"
         try:
             import torch
 
@@ -198,7 +200,7 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
         llm = self._require()
         if self._embed_mode:
-            raise EngineUnavailable("vllm engine was started for embeddings (runner=pooling); it cannot generate")
+            raise Unsupported("vllm engine was started for embeddings (runner=pooling); it cannot generate")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -223,7 +225,7 @@ class VLLMEngine:
     def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
         llm = self._require()
         if not self._embed_mode:
-            raise EngineUnavailable("vllm embeddings need the engine started with task: embed (runner=pooling)")
+            raise Unsupported("vllm embeddings need the engine started with task: embed (runner=pooling)")
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
@@ -242,10 +244,8 @@ class VLLMEngine:
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        try:
+        with contextlib.suppress(Exception):
             llm.llm_engine.engine_core.shutdown()
-        except Exception:
-            pass
         del llm
         gc.collect()
         try:

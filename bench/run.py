@@ -1,0 +1,601 @@
+"""Benchmarks of pytest-gpucompat, measured in one run on one machine.
+
+    python bench/run.py            # readable table
+    python bench/run.py --json     # the table on stderr, one JSON object on stdout
+
+What is measured (docs/benchmarks.md has the figures and their goals):
+
+- ``fingerprint_vs_collect_env``: wall time of ``python -m torch.utils.collect_env`` divided by that of
+  ``gpucompat env --json``, each a whole process, medians of several runs; likewise ``vllm collect-env`` and
+  ``env-doctor check --json`` where they are installed (null with the reason where not).
+- ``kb_cells_per_s``: cells per second through ``matching_rules(kb, fp, engine, params)`` with the shipped
+  knowledge base. One *cell* is one (fingerprint, engine, params) combination evaluated against ALL rules of the
+  knowledge base; ``rule_checks_per_s`` is cells/s times the number of rules.
+- ``plugin_overhead_ratio``: a synthetic suite of 10,000 trivial cells run through
+  ``@pytest.mark.gpucompat(engine="hf", params=...)`` under ``pytest --gpucompat --gpucompat-report``, divided
+  by the same suite through plain ``pytest.mark.parametrize`` with the plugin disabled; whole pytest processes,
+  medians of several runs. ``plugin_overhead_ratio_no_report`` is the same without ``--gpucompat-report``.
+- ``suite_vs_engine_ratio`` (GPU only): the wall time of ``pytest --gpucompat suites/`` divided by the time the
+  engines themselves spent (first start of each engine spec plus generation), per engine, from the run's report.
+
+Speed goals live here only, never in timed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOALS = {
+    "fingerprint_vs_collect_env": (">=", 10.0),
+    "kb_cells_per_s": (">=", 100_000.0),
+    "plugin_overhead_ratio": ("<=", 1.3),
+    "plugin_overhead_ratio_no_report": ("<=", 1.3),
+}
+MOONSHOTS = {"kb_cells_per_s": 1_000_000.0, "plugin_overhead_ratio": 1.1, "plugin_overhead_ratio_no_report": 1.1}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _bin(name: str) -> str | None:
+    """A console script next to this interpreter first (an activated or not venv), then on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    return shutil.which(name)
+
+
+def _time_process(argv: Sequence[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None,
+                  warmup: int = 1) -> dict[str, Any]:
+    """Wall time of a whole process, ``runs`` times after ``warmup`` untimed runs (page cache, .pyc)."""
+    times: list[float] = []
+    last_rc = 0
+    last_err = ""
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run(list(argv), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        elapsed = time.perf_counter() - t0
+        last_rc, last_err = proc.returncode, proc.stderr
+        if i >= warmup:
+            times.append(elapsed)
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "runs_s": [round(t, 4) for t in times],
+        "returncode": last_rc,
+        "stderr_tail": last_err.strip().splitlines()[-3:] if last_rc else [],
+    }
+
+
+def _probe(argv: Sequence[str]) -> str | None:
+    """None when the command runs (exit status 0 within 120 s), else why not, in one line."""
+    try:
+        proc = subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{' '.join(argv)}: {exc}"
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [""])[-1]
+        return f"{' '.join(argv)} exited {proc.returncode}: {tail}"
+    return None
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- 1. fingerprint vs collect-env
+
+
+def bench_fingerprint(runs: int) -> dict[str, Any]:
+    gpucompat = _bin("gpucompat")
+    ours_argv = [gpucompat, "env", "--json"] if gpucompat else [sys.executable, "-m", "pytest_gpucompat.cli",
+                                                                "env", "--json"]
+    _log(f"fingerprint: {' '.join(ours_argv)} x{runs}")
+    ours = _time_process(ours_argv, runs)
+    out: dict[str, Any] = {"gpucompat_env": {"argv": ours_argv[1:] if gpucompat else ours_argv[2:], **ours}}
+
+    others: list[tuple[str, str, list[str] | None, str | None]] = []
+    try:
+        import torch  # noqa: F401
+
+        others.append(("collect_env", "torch.utils.collect_env",
+                       [sys.executable, "-m", "torch.utils.collect_env"], None))
+    except ImportError as exc:
+        others.append(("collect_env", "torch.utils.collect_env", None, f"torch not installed: {exc}"))
+    vllm = _bin("vllm")
+    others.append(("vllm_collect_env", "vllm collect-env", [vllm, "collect-env"] if vllm else None,
+                   None if vllm else "vllm is not installed (no `vllm` command)"))
+    doctor = _bin("env-doctor")
+    others.append(("env_doctor", "env-doctor check --json", [doctor, "check", "--json"] if doctor else None,
+                   None if doctor else "env-doctor is not installed (no `env-doctor` command)"))
+
+    for key, label, argv, reason in others:
+        ratio_key = "fingerprint_vs_" + key
+        if argv is not None and reason is None:
+            reason = _probe(argv)
+        if argv is None or reason is not None:
+            _log(f"fingerprint: {label}: skipped: {reason}")
+            out[key] = {"median_s": None, "reason": reason}
+            out[ratio_key] = None
+            out[ratio_key + "_reason"] = reason
+            continue
+        _log(f"fingerprint: {label} x{runs}")
+        timing = _time_process(argv, runs)
+        out[key] = {"argv": [label], **timing}
+        out[ratio_key] = timing["median_s"] / ours["median_s"]
+    return out
+
+
+# --------------------------------------------------------------------------- 2. knowledge base throughput
+
+# (name, compute capability, architecture, memory MiB)
+GPUS = [
+    ("Tesla V100-SXM2-32GB", "7.0", "volta", 32768),
+    ("Tesla T4", "7.5", "turing", 15360),
+    ("NVIDIA A10G", "8.6", "ampere", 23028),
+    ("NVIDIA A100-SXM4-40GB", "8.0", "ampere", 40960),
+    ("NVIDIA A100-SXM4-80GB", "8.0", "ampere", 81920),
+    ("NVIDIA L4", "8.9", "ada", 23034),
+    ("NVIDIA L40S", "8.9", "ada", 46068),
+    ("NVIDIA GeForce RTX 4090", "8.9", "ada", 24564),
+    ("NVIDIA H100 80GB HBM3", "9.0", "hopper", 81559),
+    ("NVIDIA H100 PCIe", "9.0", "hopper", 81559),
+    ("NVIDIA H200", "9.0", "hopper", 143771),
+    ("NVIDIA GH200 480GB", "9.0", "hopper", 97871),
+    ("NVIDIA B200", "10.0", "blackwell", 183359),
+    ("NVIDIA GeForce RTX 5090", "12.0", "blackwell", 32607),
+]
+# (driver, highest CUDA it supports)
+DRIVERS = [
+    ("470.256.02", "11.4"), ("525.147.05", "12.0"), ("535.104.05", "12.2"), ("535.230.02", "12.2"),
+    ("545.23.08", "12.3"), ("550.54.15", "12.4"), ("550.127.05", "12.4"), ("560.35.03", "12.6"),
+    ("565.57.01", "12.7"), ("570.86.15", "12.8"), ("570.133.20", "12.8"), ("575.57.08", "12.9"),
+    ("580.65.06", "13.0"), ("580.95.05", "13.0"),
+]
+CUDA_RUNTIMES = ["11.8", "12.1", "12.2", "12.4", "12.6", "12.8", "12.9", "13.0"]
+PACKAGE_VERSIONS = {
+    "vllm": ["0.4.3", "0.5.5", "0.6.3", "0.6.6", "0.7.3", "0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.20.1",
+             "0.24.0", "0.26.0", "0.28.1"],
+    "sglang": ["0.3.6", "0.4.3", "0.4.6", "0.5.2", "0.5.16", "0.5.17"],
+    "tensorrt-llm": ["0.9.0", "0.12.0", "0.16.0", "0.19.0", "1.0.0", "1.2.0rc1", "1.4.0rc1"],
+    "torch": ["2.1.2", "2.3.1", "2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.0+cu128", "2.11.0+cu130",
+              "2.13.0"],
+}
+ENGINES = ["vllm", "vllm", "vllm", "sglang", "tensorrt-llm", "hf", None]
+PARAM_CHOICES: dict[str, list[Any]] = {
+    "kv_cache_dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp16"],
+    "dtype": ["auto", "bfloat16", "float16", "float32"],
+    "tensor_parallel_size": [1, 2, 4, 8],
+    "block_size": [8, 16, 32],
+    "enforce_eager": [True, False],
+    "enable_prefix_caching": [True, False],
+    "quantization": ["fp8", "awq", "gptq", None],
+    "max_model_len": [512, 4096, 32768, 131072],
+    "attention_backend": ["flash_attn", "flashinfer", "xformers", "triton_attn", "torch_sdpa"],
+    "gpu_memory_utilization": [0.25, 0.9],
+    "model": ["Qwen/Qwen2-7B", "meta-llama/Llama-3.1-8B-Instruct", "google/gemma-2-9b", "deepseek-ai/DeepSeek-V3",
+              "mistralai/Mixtral-8x7B-v0.1"],
+}
+
+
+def generate_fingerprints(rng: random.Random, n: int) -> list[Any]:
+    from pytest_gpucompat.fingerprint import GPU, Fingerprint
+
+    out = []
+    for i in range(n):
+        name, cc, arch, memory = rng.choice(GPUS)
+        count = rng.choice([1, 1, 2, 4, 8])
+        driver, cuda_driver = rng.choice(DRIVERS)
+        packages = {pkg: rng.choice(versions) for pkg, versions in PACKAGE_VERSIONS.items() if rng.random() < 0.7}
+        out.append(Fingerprint(
+            name=f"bench-{i}",
+            gpus=tuple(GPU(index=k, name=name, compute_capability=cc, architecture=arch, memory_mib=memory)
+                       for k in range(count)),
+            driver=driver,
+            cuda_driver=cuda_driver,
+            cuda_runtime=rng.choice(CUDA_RUNTIMES) if rng.random() < 0.9 else None,
+            interconnect=None if count == 1 else rng.choice(["pcie", "nvlink"]),
+            packages=packages,
+        ))
+    return out
+
+
+def generate_params(rng: random.Random, n: int) -> list[tuple[str | None, dict[str, Any]]]:
+    out = []
+    for _ in range(n):
+        engine = rng.choice(ENGINES)
+        names = rng.sample(sorted(PARAM_CHOICES), rng.randint(1, 6))
+        params = {k: rng.choice(PARAM_CHOICES[k]) for k in sorted(names)}
+        out.append((engine, params))
+    return out
+
+
+def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int) -> dict[str, Any]:
+    """``fingerprints`` fingerprints x (cells / fingerprints) engine+params sets, fingerprint-major order."""
+    from pytest_gpucompat.rules import _facts, load_kb, matching_rules
+
+    kb = load_kb()
+    rng = random.Random(seed)
+    fps = generate_fingerprints(rng, fingerprints)
+    per_fp = max(1, cells // fingerprints)
+    param_sets = generate_params(rng, per_fp)
+    total = len(fps) * len(param_sets)
+    _log(f"kb: {total} cells ({len(fps)} fingerprints x {len(param_sets)} engine/params sets) x {len(kb.rules)} "
+         f"rules, {repeats} repeats")
+
+    def one_pass() -> tuple[float, int]:
+        _facts.cache_clear()  # each fingerprint's facts are built inside the timed loop, once per fingerprint
+        matched = 0
+        t0 = time.perf_counter()
+        for fp in fps:
+            for engine, params in param_sets:
+                matched += len(matching_rules(kb, fp, engine, params))
+        return time.perf_counter() - t0, matched
+
+    times = []
+    matched = 0
+    for _ in range(repeats):
+        elapsed, matched = one_pass()
+        times.append(elapsed)
+    best = min(times)
+    median = statistics.median(times)
+    cells_per_s = total / median
+    return {
+        "kb_cells_per_s": cells_per_s,
+        "kb_cells_per_s_best": total / best,
+        "rule_checks_per_s": cells_per_s * len(kb.rules),
+        "kb": {
+            "cell_definition": "one (fingerprint, engine, params) combination evaluated against ALL rules of the "
+                               "knowledge base via matching_rules(kb, fp, engine, params)",
+            "cells": total,
+            "fingerprints": len(fps),
+            "engine_params_sets": len(param_sets),
+            "rules": len(kb.rules),
+            "rule_files": len(kb.files),
+            "seed": seed,
+            "repeats": repeats,
+            "runs_s": [round(t, 4) for t in times],
+            "median_s": median,
+            "matched_rules_total": matched,
+            "matched_rules_per_cell": matched / total,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- 3. plugin overhead
+
+_PLAIN_TEST = """\
+import pytest
+
+A = list(range({a}))
+B = list(range({b}))
+
+
+@pytest.mark.parametrize("b", B)
+@pytest.mark.parametrize("a", A)
+def test_cell(a, b):
+    pass
+"""
+
+_PLUGIN_TEST = """\
+import pytest
+
+A = list(range({a}))
+B = list(range({b}))
+
+
+@pytest.mark.gpucompat(engine="hf", params={{"a": A, "b": B}})
+def test_cell(gpucompat_cell):
+    pass
+"""
+
+
+def bench_overhead(a: int, b: int, runs: int, keep: bool = False) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="gpucompat-bench-"))
+    try:
+        plain = tmp / "plain"
+        plugin = tmp / "plugin"
+        for d, body in ((plain, _PLAIN_TEST), (plugin, _PLUGIN_TEST)):
+            d.mkdir()
+            (d / "test_suite.py").write_text(body.format(a=a, b=b))
+            # an empty ini stops pytest from picking up a configuration further up the tree
+            (d / "pytest.ini").write_text("[pytest]\n")
+        env = dict(os.environ)
+        env.pop("PYTEST_ADDOPTS", None)
+        env.pop("PYTEST_PLUGINS", None)
+        env["GPUCOMPAT_RUNNER"] = "bench"
+        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        variants = {
+            "plain": (plain, [*base, "-p", "no:gpucompat"]),
+            "plugin_no_report": (plugin, [*base, "--gpucompat"]),
+            "plugin_report": (plugin, [*base, "--gpucompat", "--gpucompat-report", str(tmp / "report.json")]),
+        }
+        # check each variant once: the right number of passed cells, exit status 0
+        for name, (cwd, argv) in variants.items():
+            proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+            summary = (proc.stdout.strip().splitlines() or [""])[-1]
+            if proc.returncode != 0 or f"{a * b} passed" not in summary:
+                raise RuntimeError(f"overhead suite '{name}' did not pass {a * b} cells: rc={proc.returncode} "
+                                   f"{summary}\n{proc.stderr[-2000:]}")
+        report = json.loads((tmp / "report.json").read_text())
+        n_report_cells = len(report.get("cells", []))
+        timings: dict[str, dict[str, Any]] = {}
+        # interleave the variants so drift in machine load hits all of them alike
+        for name in variants:
+            timings[name] = {"runs_s": []}
+        for _ in range(runs):
+            for name, (cwd, argv) in variants.items():
+                t = _time_process(argv, 1, cwd=str(cwd), env=env, warmup=0)
+                timings[name]["runs_s"].append(t["runs_s"][0])
+        for t in timings.values():
+            t["median_s"] = statistics.median(t["runs_s"])
+        plain_s = timings["plain"]["median_s"]
+        return {
+            "plugin_overhead_ratio": timings["plugin_report"]["median_s"] / plain_s,
+            "plugin_overhead_ratio_no_report": timings["plugin_no_report"]["median_s"] / plain_s,
+            "overhead": {
+                "cells": a * b,
+                "params": {"a": a, "b": b},
+                "report_cells": n_report_cells,
+                "report_bytes": (tmp / "report.json").stat().st_size,
+                "argv": {k: v[1][1:] for k, v in variants.items()},
+                **timings,
+            },
+        }
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- 4. suites vs engines (GPU)
+
+# per-cell metrics that are time spent inside the engine (seconds); start_s is counted once per engine spec
+ENGINE_TIME_METRICS = ("generate_s", "ttft_s")
+REPEAT_METRICS = {"repeat_request_s": 9}  # suites/test_smoke.py records the mean of REPEATS - 1 requests
+
+
+def _gpu_present() -> tuple[bool, str]:
+    try:
+        from pytest_gpucompat.fingerprint import collect
+
+        fp = collect("bench")
+    except Exception as exc:  # pragma: no cover - collect never raises
+        return False, f"cannot fingerprint: {exc}"
+    if not fp.gpus:
+        return False, "no GPU"
+    return True, fp.describe_gpus()
+
+
+def suite_engine_ratios(report: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """Wall time of the run divided by the engine time per engine, from a report's cells.
+
+    Engine time of an engine: the start time of each distinct engine spec (the first cell that started it; later
+    cells reuse the started engine from the session's pool and carry the same ``start_s``) plus, for every cell,
+    the generation metrics (``generate_s``, ``ttft_s``, ``repeat_request_s`` x its repeats).
+    """
+    per_engine: dict[str, dict[str, Any]] = {}
+    seen_specs: set[tuple[str, str]] = set()
+    for cell in report.get("cells", []):
+        engine = cell.get("engine") or "?"
+        metrics = cell.get("metrics") or {}
+        slot = per_engine.setdefault(engine, {"start_s": 0.0, "generate_s": 0.0, "cells": 0, "specs": 0})
+        slot["cells"] += 1
+        spec = (engine, json.dumps(cell.get("params") or {}, sort_keys=True, default=str))
+        start = metrics.get("start_s")
+        if start is not None and spec not in seen_specs:
+            seen_specs.add(spec)
+            slot["start_s"] += float(start)
+            slot["specs"] += 1
+        for name in ENGINE_TIME_METRICS:
+            if metrics.get(name) is not None:
+                slot["generate_s"] += float(metrics[name])
+        for name, times in REPEAT_METRICS.items():
+            if metrics.get(name) is not None:
+                slot["generate_s"] += float(metrics[name]) * times
+    out: dict[str, Any] = {}
+    for engine, slot in per_engine.items():
+        engine_s = slot["start_s"] + slot["generate_s"]
+        slot["engine_s"] = engine_s
+        slot["ratio"] = wall_s / engine_s if engine_s > 0 else None
+        out[engine] = slot
+    return out
+
+
+def bench_suites(timeout: int) -> dict[str, Any]:
+    ok, what = _gpu_present()
+    if not ok:
+        return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": what}
+    with tempfile.TemporaryDirectory(prefix="gpucompat-bench-suites-") as tmp:
+        report_path = Path(tmp) / "r.json"
+        argv = [sys.executable, "-m", "pytest", "--gpucompat", str(ROOT / "suites"), "-p", "no:cacheprovider", "-q",
+                "--gpucompat-report", str(report_path)]
+        _log(f"suites: {' '.join(argv[1:])} (on {what})")
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": f"suites ran past {timeout} s"}
+        wall = time.perf_counter() - t0
+        if not report_path.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            return {"suite_vs_engine_ratio": None,
+                    "suite_vs_engine_ratio_reason": f"no report written (exit {proc.returncode}): {tail}"}
+        report = json.loads(report_path.read_text())
+    per_engine = suite_engine_ratios(report, wall)
+    return {
+        "suite_vs_engine_ratio": {e: s["ratio"] for e, s in per_engine.items()},
+        "suites": {"gpus": what, "wall_s": wall, "exit_status": proc.returncode, "per_engine": per_engine,
+                   "summary": (proc.stdout.strip().splitlines() or [""])[-1]},
+    }
+
+
+# --------------------------------------------------------------------------- machine and table
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {d: _version(d) for d in ("pytest-gpucompat", "pytest", "pytest-xdist", "torch", "transformers",
+                                              "packaging", "PyYAML", "vllm", "sglang", "tensorrt-llm", "env-doctor")},
+    }
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if not isinstance(value, float):
+        return f"{value}{unit}"
+    return (f"{value:,.0f}" if value >= 1000 else f"{value:.2f}") + unit
+
+
+def _goal(key: str, value: Any) -> str:
+    if key not in GOALS:
+        return ""
+    op, target = GOALS[key]
+    if value is None:
+        return f"goal {op} {_fmt(target)}: not measured"
+    met = value >= target if op == ">=" else value <= target
+    text = f"goal {op} {_fmt(target)}: {'met' if met else 'MISSED'}"
+    if key in MOONSHOTS:
+        moon = MOONSHOTS[key]
+        reached = value >= moon if op == ">=" else value <= moon
+        text += f" (moonshot {_fmt(moon)}: {'reached' if reached else 'not reached'})"
+    return text
+
+
+def table(result: dict[str, Any]) -> str:
+    rows: list[tuple[str, str, str]] = []
+    fp = result.get("fingerprint") or {}
+    if fp:
+        rows.append(("gpucompat env --json (median)", _fmt(fp["gpucompat_env"]["median_s"], " s"), ""))
+        for key, label in (("collect_env", "torch collect_env"), ("vllm_collect_env", "vllm collect-env"),
+                           ("env_doctor", "env-doctor check --json")):
+            entry = fp.get(key) or {}
+            rows.append((f"{label} (median)", _fmt(entry.get("median_s"), " s"), entry.get("reason") or ""))
+        for key in ("fingerprint_vs_collect_env", "fingerprint_vs_vllm_collect_env", "fingerprint_vs_env_doctor"):
+            reason = result.get(key + "_reason") or ""
+            rows.append((key, _fmt(result.get(key), "x"), _goal(key, result.get(key)) or reason))
+    if "kb_cells_per_s" in result:
+        kb = result["kb"]
+        cps = result["kb_cells_per_s"]
+        rows.append(("kb_cells_per_s", _fmt(cps), _goal("kb_cells_per_s", cps)))
+        rows.append(("rule_checks_per_s", _fmt(result["rule_checks_per_s"]),
+                     f"{kb['cells']} cells x {kb['rules']} rules, {kb['fingerprints']} fingerprints"))
+    if "plugin_overhead_ratio" in result:
+        ov = result["overhead"]
+        rows.append(("plain parametrize (median)", _fmt(ov["plain"]["median_s"], " s"), f"{ov['cells']} cells"))
+        rows.append(("--gpucompat (median)", _fmt(ov["plugin_no_report"]["median_s"], " s"), ""))
+        rows.append(("--gpucompat --gpucompat-report (median)", _fmt(ov["plugin_report"]["median_s"], " s"), ""))
+        for key in ("plugin_overhead_ratio", "plugin_overhead_ratio_no_report"):
+            rows.append((key, _fmt(result[key], "x"), _goal(key, result[key])))
+    if "suite_vs_engine_ratio" in result:
+        ratios = result["suite_vs_engine_ratio"]
+        if ratios is None:
+            rows.append(("suite_vs_engine_ratio", "n/a", result.get("suite_vs_engine_ratio_reason") or ""))
+        else:
+            for engine, ratio in ratios.items():
+                rows.append((f"suite_vs_engine_ratio[{engine}]", _fmt(ratio, "x"), ""))
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    m = result["machine"]
+    head = (f"pytest-gpucompat benchmarks, {result['date']}: {m['cores']} cores, {m['cpu']}, Python {m['python']}, "
+            f"torch {m['versions'].get('torch')}")
+    lines = [head, ""] + [f"{k:<{width}}  {v:>{vwidth}}  {note}".rstrip() for k, v, note in rows]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table on stderr)")
+    parser.add_argument("--only", action="append", choices=("fingerprint", "kb", "overhead", "suites"),
+                        help="run only these benchmarks (repeatable; default all)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of each whole process (default 5)")
+    parser.add_argument("--kb-cells", type=int, default=100_000, help="cells in the knowledge-base benchmark")
+    parser.add_argument("--kb-fingerprints", type=int, default=500, help="distinct fingerprints among those cells")
+    parser.add_argument("--kb-repeats", type=int, default=3, help="timed passes over the cells (median)")
+    parser.add_argument("--seed", type=int, default=20240611, help="seed of the generated cells")
+    parser.add_argument("--overhead-shape", default="100x100", metavar="AxB",
+                        help="values of the two parameters of the overhead suite (default 100x100 = 10,000 cells)")
+    parser.add_argument("--suites-timeout", type=int, default=3600, help="seconds the GPU suites may take")
+    parser.add_argument("--keep", action="store_true", help="keep the overhead suite's temporary directory")
+    args = parser.parse_args(argv)
+    only = set(args.only or ("fingerprint", "kb", "overhead", "suites"))
+    a, _, b = args.overhead_shape.partition("x")
+
+    result: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "machine": machine(),
+        "goals": {k: f"{op} {v}" for k, (op, v) in GOALS.items()},
+        "moonshots": MOONSHOTS,
+    }
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("fingerprint", lambda: bench_fingerprint(args.runs)),
+        ("kb", lambda: bench_kb(args.kb_cells, args.kb_fingerprints, args.seed, args.kb_repeats)),
+        ("overhead", lambda: bench_overhead(int(a), int(b), args.runs, args.keep)),
+        ("suites", lambda: bench_suites(args.suites_timeout)),
+    ]
+    for name, step in steps:
+        if name not in only:
+            continue
+        data = step()
+        if name == "fingerprint":
+            result.update({k: v for k, v in data.items() if k.startswith("fingerprint_vs_")})
+            result["fingerprint"] = {k: v for k, v in data.items() if not k.startswith("fingerprint_vs_")}
+        else:
+            result.update(data)
+    text = table(result)
+    if args.json:
+        print(text, file=sys.stderr)
+        print(json.dumps(result, indent=2))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
+

@@ -1,0 +1,573 @@
+"""OpenAI-compatible HTTP servers, through `requests`: a given endpoint, or a server started here.
+
+Servers it can start on 127.0.0.1 and a free port, each in its own process group (start_new_session=True), output
+to a log file, readiness polled on GET /v1/models, killed with its group at shutdown (SIGTERM, then SIGKILL):
+- vllm:         `vllm serve DIR --host H --port P ...` (vllm/entrypoints/cli/serve.py; EngineArgs fields as
+                `--dashed-flags`, booleans as BooleanOptionalAction);
+- sglang:       `python -m sglang.launch_server --model-path DIR --host H --port P ...` (ServerArgs fields as
+                `--dashed-flags`; sglang/launch_server.py);
+- tensorrt-llm: `trtllm-serve DIR --host H --port P --backend pytorch ...` (click options with underscores,
+                tensorrt_llm/commands/serve.py); LLM-API fields without a CLI option go to a YAML file passed with
+                `--extra_llm_api_options` (also spelled `--config` in newer releases).
+- command:      any other OpenAI-compatible server: `server_command` with {host}, {port}, {model}, {python}.
+Generation: POST /v1/completions with `prompt` as a token-id list, temperature 0, `logprobs: N`, one request per
+prompt. How ids come back differs per server, so the request carries only what that server accepts:
+- vLLM: `return_tokens_as_token_ids` makes every token key "token_id:<id>", `return_token_ids` adds the
+  generated ids (vllm/entrypoints/openai/completion/protocol.py); top_logprobs holds up to N+1 entries.
+- SGLang: tokens and top_logprobs keys are decoded text (sglang/srt/entrypoints/openai/utils.py
+  to_openai_style_logprobs); extra request fields are ignored by its pydantic model.
+- TensorRT-LLM: its request model forbids unknown fields (extra="forbid"); `detokenize: false` returns
+  `token_ids`; top_logprobs keys are decoded text (serve/postprocess_handlers.py); some releases reject logprobs
+  on /v1/completions altogether.
+Text keys are mapped back to ids through the model directory's tokenizer.json when each id decodes to a distinct
+string (true for the tiny models of pytest_gpucompat.models).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import Unsupported, engine_params, one_line, wants_embeddings
+from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+
+SERVERS = ("vllm", "sglang", "tensorrt-llm", "command")
+_SERVER_ALIASES = {"trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
+FLAVORS = ("vllm", "sglang", "tensorrt-llm", "openai")
+
+_OWN_PARAMS = {
+    "endpoint", "server", "flavor", "server_args", "startup_timeout_s", "request_timeout_s", "api_key",
+    "model_name", "log_path", "extra_body", "host", "server_command",
+}
+
+_SERVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm": {"gpu_memory_utilization": 0.2, "enforce_eager": True, "seed": 0},
+    "sglang": {"mem_fraction_static": 0.2, "random_seed": 0},
+    "tensorrt-llm": {"backend": "pytorch", "kv_cache_free_gpu_memory_fraction": 0.2},
+    "command": {},
+}
+_SERVER_ENV_DEFAULTS: dict[str, dict[str, str]] = {
+    "vllm": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+    "sglang": {},
+    "tensorrt-llm": {},
+    "command": {},
+}
+_TRTLLM_CLI = {
+    "tokenizer", "backend", "log_level", "max_beam_width", "max_batch_size", "max_num_tokens", "max_seq_len",
+    "tensor_parallel_size", "tp_size", "pipeline_parallel_size", "pp_size", "gpus_per_node",
+    "free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction", "trust_remote_code", "revision",
+    "num_postprocess_workers", "reasoning_parser", "chat_template",
+}
+_TOKEN_ID_KEY = re.compile(r"^token_id:(-?\d+)$")
+_VLLM_LOG = {
+    "dtype": re.compile(r"\bdtype=torch\.(\w+)"),
+    "kv_cache_dtype": re.compile(r"\bkv_cache_dtype=([\w.]+)"),
+    "attention_backend": re.compile(r"Using (\S+) attention backend"),
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def cli_flags(params: Mapping[str, Any], style: str) -> list[str]:
+    """`{"max_model_len": 512, "enforce_eager": True}` -> `--max-model-len 512 --enforce-eager` (style "dash"),
+    or `--max_model_len 512` (style "underscore"). False booleans are left out, dicts become JSON."""
+    out: list[str] = []
+    for key, value in params.items():
+        flag = "--" + (key.replace("_", "-") if style == "dash" else key)
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, Mapping):
+            out += [flag, json.dumps(dict(value))]
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *[str(v) for v in value]]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+class OpenAIEngine:
+    name = "openai"
+
+    def __init__(self) -> None:
+        self._session: Any = None
+        self._base = ""
+        self._model_name = ""
+        self._flavor = "openai"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+        self._host = "127.0.0.1"
+        self._port: int | None = None
+        self._model_dir: str = ""
+        self._reverse_vocab: dict[str, int] | None = None
+        self._request_timeout = 300.0
+        self._extra_body: dict[str, Any] = {}
+        self._embed_mode = False
+        self._tmp_files: list[str] = []
+
+    # -- start -------------------------------------------------------------------------------------------------
+
+    def start(self, spec: EngineSpec) -> RunInfo:
+        began = time.monotonic()
+        try:
+            import requests
+        except ImportError as exc:
+            raise EngineUnavailable(f"openai engine needs requests: {one_line(exc)}") from None
+        params = engine_params(spec.params)
+        self._model_dir = spec.model
+        self._embed_mode = wants_embeddings(spec.params)
+        self._request_timeout = float(params.get("request_timeout_s", 300.0))
+        self._extra_body = dict(params.get("extra_body") or {})
+        self._session = requests.Session()
+        if params.get("api_key"):
+            self._session.headers["Authorization"] = f"Bearer {params['api_key']}"
+        startup_timeout = float(params.get("startup_timeout_s", 600.0))
+        server: str | None = None
+        if params.get("endpoint"):
+            base = str(params["endpoint"]).rstrip("/")
+            self._base = base[: -len("/v1")] if base.endswith("/v1") else base
+            self._flavor = _flavor(params.get("flavor", "openai"))
+        else:
+            default_server = "command" if params.get("server_command") else "vllm"
+            server = str(params.get("server", default_server))
+            server = _SERVER_ALIASES.get(server, server)
+            if server not in SERVERS:
+                raise EngineFailed(f"openai: unknown server {server!r}; known: {', '.join(SERVERS)}")
+            self._flavor = _flavor(params.get("flavor", "openai" if server == "command" else server))
+            self._launch(server, spec, params)
+        self._model_name = str(params.get("model_name") or "")
+        self._wait_ready(startup_timeout)
+        return self._run_info(server, time.monotonic() - began)
+
+    def _launch(self, server: str, spec: EngineSpec, params: Mapping[str, Any]) -> None:
+        self._host = str(params.get("host", "127.0.0.1"))
+        self._port = free_port(self._host)
+        self._base = f"http://{self._host}:{self._port}"
+        passthrough = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+        settings = dict(_SERVER_DEFAULTS[server])
+        settings.update(passthrough)
+        if self._embed_mode and server == "vllm":
+            settings.setdefault("runner", "pooling")
+            settings.setdefault("pooler_config", {"pooling_type": "MEAN"})
+        if self._embed_mode and server == "sglang":
+            settings["is_embedding"] = True
+        if self._embed_mode and server == "tensorrt-llm":
+            raise Unsupported("openai/tensorrt-llm: embeddings are not supported by this adapter")
+        if server == "command":
+            cmd = self._custom_command(params.get("server_command"), spec.model)
+        else:
+            cmd = self._command(server, spec.model, settings)
+        extra = params.get("server_args")
+        if isinstance(extra, Mapping):
+            cmd += cli_flags(extra, "underscore" if server == "tensorrt-llm" else "dash")
+        elif isinstance(extra, (list, tuple)):
+            cmd += [str(a) for a in extra]
+        elif isinstance(extra, str) and extra.strip():
+            cmd += extra.split()
+        env = dict(os.environ)
+        for key, value in _SERVER_ENV_DEFAULTS[server].items():
+            env.setdefault(key, value)
+        self._log_path = Path(params["log_path"]) if params.get("log_path") else _server_log_path(server)
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "ab") as log:
+            log.write(("[gpucompat] " + " ".join(cmd) + "\n").encode())
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, env=env,
+                )
+            except OSError as exc:
+                raise EngineUnavailable(f"openai: cannot run {cmd[0]}: {one_line(exc)}") from None
+        from .isolation import register_process_group
+
+        register_process_group(self._proc.pid)
+        _STARTED.append(self)
+
+    def _custom_command(self, template: Any, model: str) -> list[str]:
+        """Any OpenAI-compatible server: `server_command` with {host}, {port}, {model} placeholders."""
+        if isinstance(template, str):
+            import shlex
+
+            parts = shlex.split(template)
+        elif isinstance(template, (list, tuple)) and template:
+            parts = [str(p) for p in template]
+        else:
+            raise EngineFailed("openai: server_command must be a command line (string or list)")
+        values = {"host": self._host, "port": str(self._port), "model": model, "python": sys.executable}
+        try:
+            return [p.format(**values) for p in parts]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise EngineFailed(f"openai: bad placeholder in server_command: {one_line(exc)}") from None
+
+    def _command(self, server: str, model: str, settings: dict[str, Any]) -> list[str]:
+        host, port = self._host, str(self._port)
+        if server == "vllm":
+            _require_module("vllm")
+            exe = shutil.which("vllm")
+            head = [exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+            return [*head, "serve", model, "--host", host, "--port", port, *cli_flags(settings, "dash")]
+        if server == "sglang":
+            _require_module("sglang")
+            return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
+                    "--port", port, *cli_flags(settings, "dash")]
+        exe = shutil.which("trtllm-serve")
+        if exe is None:
+            _require_module("tensorrt_llm")
+            raise EngineUnavailable("openai/tensorrt-llm: trtllm-serve is not on PATH")
+        cli = {k: v for k, v in settings.items() if k in _TRTLLM_CLI}
+        yaml_part = {k: v for k, v in settings.items() if k not in _TRTLLM_CLI}
+        cmd = [exe, model, "--host", host, "--port", port, *cli_flags(cli, "underscore")]
+        if yaml_part:
+            fd, path = tempfile.mkstemp(prefix="gpucompat-trtllm-", suffix=".yaml")
+            with os.fdopen(fd, "w") as fh:
+                import yaml
+
+                yaml.safe_dump(yaml_part, fh)
+            self._tmp_files.append(path)
+            cmd += ["--extra_llm_api_options", path]
+        return cmd
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_error = "no answer"
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EngineFailed(f"{self._exit_reason()} during start-up", log_tail=self._tail())
+            try:
+                resp = self._session.get(f"{self._base}/v1/models", timeout=5)
+                if resp.status_code == 200:
+                    data = resp.json().get("data") or []
+                    if not self._model_name:
+                        if not data:
+                            raise EngineFailed("openai: /v1/models lists no model", log_tail=self._tail())
+                        self._model_name = str(data[0].get("id"))
+                    return
+                last_error = f"HTTP {resp.status_code}"
+            except EngineFailed:
+                raise
+            except Exception as exc:
+                last_error = one_line(exc)
+            if time.monotonic() >= deadline:
+                tail = self._tail()
+                self._kill_server()
+                where = "server" if self._proc is not None else f"endpoint {self._base}"
+                raise EngineFailed(f"{where} not ready after {timeout_s:g} s ({last_error})", log_tail=tail)
+            time.sleep(0.5 if self._proc is not None else 0.2)
+
+    def _run_info(self, server: str | None, start_s: float) -> RunInfo:
+        version: str | None = None
+        extra: dict[str, Any] = {"endpoint": self._base, "flavor": self._flavor, "served_model": self._model_name}
+        if server is not None:
+            extra["server"] = server
+            extra["server_log"] = str(self._log_path) if self._log_path else None
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                version = importlib.metadata.version(server)
+        info = self._get_json("/version")
+        if isinstance(info, Mapping) and info.get("version"):
+            version = str(info["version"])
+        dtype = kv = backend = None
+        if self._flavor == "sglang":
+            sinfo = self._get_json("/server_info") or self._get_json("/get_server_info")
+            if isinstance(sinfo, Mapping):
+                states = sinfo.get("internal_states") or [{}]
+                state = states[0] if isinstance(states[0], Mapping) else {}
+                dtype = state.get("dtype") or sinfo.get("dtype")
+                kv = state.get("kv_cache_dtype") or sinfo.get("kv_cache_dtype")
+                backend = state.get("attention_backend") or sinfo.get("attention_backend")
+                version = version or sinfo.get("version")
+        if self._flavor == "vllm" and self._log_path is not None:
+            found = _grep_log(self._log_path)
+            dtype, kv, backend = found.get("dtype"), found.get("kv_cache_dtype"), found.get("attention_backend")
+        if kv in (None, "auto"):
+            extra["kv_cache_dtype_setting"] = kv
+            kv = dtype
+        if self._embed_mode:
+            extra["pooling"] = {"vllm": "mean", "sglang": "last"}.get(str(server or self._flavor))
+        return RunInfo(
+            engine=self.name,
+            version=version,
+            device={None: "remote", "command": "local"}.get(server, "cuda"),
+            dtype=str(dtype) if dtype else None,
+            kv_cache_dtype=str(kv) if kv else None,
+            attention_backend=str(backend) if backend else None,
+            start_s=start_s,
+            extra=extra,
+        )
+
+    # -- calls -------------------------------------------------------------------------------------------------
+
+    def _get_json(self, path: str) -> Any:
+        try:
+            resp = self._session.get(f"{self._base}{path}", timeout=5)
+            return resp.json() if resp.status_code == 200 else None
+        except Exception:
+            return None
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> Any:
+        if self._session is None:
+            raise EngineFailed("openai: engine not started")
+        if self._proc is not None and self._proc.poll() is not None:
+            raise EngineFailed(self._exit_reason(), log_tail=self._tail())
+        try:
+            resp = self._session.post(f"{self._base}{path}", json=dict(body), timeout=self._request_timeout)
+        except Exception as exc:
+            time.sleep(0.2)
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EngineFailed(self._exit_reason(), log_tail=self._tail()) from None
+            raise EngineFailed(f"openai: {path} failed: {one_line(exc)}", log_tail=self._tail()) from None
+        if resp.status_code != 200:
+            text = resp.text.strip().replace("\n", " ")
+            raise EngineFailed(f"openai: {path} answered HTTP {resp.status_code}: {text[:300]}", log_tail=self._tail())
+        try:
+            return resp.json()
+        except ValueError:
+            raise EngineFailed(f"openai: {path} answered non-JSON: {resp.text[:200]!r}") from None
+
+    def _request_extras(self) -> dict[str, Any]:
+        if self._flavor == "vllm":
+            return {"ignore_eos": True, "return_tokens_as_token_ids": True, "return_token_ids": True}
+        if self._flavor == "sglang":
+            return {"ignore_eos": True}
+        if self._flavor == "tensorrt-llm":
+            return {"ignore_eos": True, "detokenize": False}
+        return {}
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
+        if self._embed_mode:
+            raise Unsupported("openai engine was started for embeddings; it cannot generate")
+        results: list[Generation] = []
+        for prompt in prompts:
+            body: dict[str, Any] = {
+                "model": self._model_name,
+                "prompt": [int(t) for t in prompt],
+                "max_tokens": int(max_tokens),
+                "temperature": 0.0,
+                "logprobs": int(top_n),
+                "stream": False,
+            }
+            body.update(self._request_extras())
+            body.update(self._extra_body)
+            data = self._post("/v1/completions", body)
+            try:
+                choice = data["choices"][0]
+            except (KeyError, IndexError, TypeError):
+                raise EngineFailed(f"openai: completion without choices: {str(data)[:200]}") from None
+            results.append(self._parse_choice(choice))
+        return results
+
+    def _parse_choice(self, choice: Mapping[str, Any]) -> Generation:
+        logprobs = choice.get("logprobs") or {}
+        tokens = list(logprobs.get("tokens") or [])
+        token_logprobs = list(logprobs.get("token_logprobs") or [])
+        tops = list(logprobs.get("top_logprobs") or [])
+        ids_raw = choice.get("token_ids")
+        if ids_raw is not None:
+            ids = [int(t) for t in ids_raw]
+        else:
+            mapped = [self._token_id(t) for t in tokens]
+            missing = [tokens[i] for i, t in enumerate(mapped) if t is None]
+            if missing:
+                raise EngineFailed(
+                    f"openai: cannot map returned token text {missing[0]!r} back to a token id (the server returns "
+                    "text, and the model's tokenizer does not decode ids to distinct strings)"
+                )
+            ids = [int(t) for t in mapped if t is not None]
+        if not tokens and not tops and ids:
+            raise EngineFailed("openai: the server returned no logprobs (does it support `logprobs` on completions?)")
+        steps: list[dict[int, float]] = []
+        for i, tid in enumerate(ids):
+            step: dict[int, float] = {}
+            entry = tops[i] if i < len(tops) else None
+            for key, value in (entry or {}).items():
+                mapped_id = self._token_id(key)
+                if mapped_id is not None and value is not None:
+                    step[mapped_id] = float(value)
+            if i < len(token_logprobs) and token_logprobs[i] is not None:
+                step.setdefault(tid, float(token_logprobs[i]))
+            steps.append(step)
+        text = choice.get("text")
+        return Generation(token_ids=tuple(ids), logprobs=tuple(steps), text=text if text else None)
+
+    def _token_id(self, token: str) -> int | None:
+        match = _TOKEN_ID_KEY.match(token)
+        if match:
+            return int(match.group(1))
+        if self._reverse_vocab is None:
+            self._reverse_vocab = _reverse_vocab(self._model_dir)
+        return self._reverse_vocab.get(token)
+
+    def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for prompt in prompts:
+            data = self._post("/v1/embeddings", {"model": self._model_name, "input": [int(t) for t in prompt]})
+            try:
+                vec = [float(x) for x in data["data"][0]["embedding"]]
+            except (KeyError, IndexError, TypeError, ValueError):
+                raise EngineFailed(f"openai: embeddings answer without data: {str(data)[:200]}") from None
+            norm = sum(x * x for x in vec) ** 0.5
+            vectors.append([x / norm for x in vec] if norm > 0 else vec)
+        return vectors
+
+    # -- shutdown ----------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        self._kill_server()
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                self._session.close()
+            self._session = None
+        for path in self._tmp_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._tmp_files.clear()
+
+    def _kill_server(self, grace_s: float = 15.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=wait)
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                break
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if self._port is not None:
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and _port_open(self._host, self._port):
+                time.sleep(0.1)
+        with contextlib.suppress(ValueError):
+            _STARTED.remove(self)
+
+    def _exit_reason(self) -> str:
+        code = self._proc.poll() if self._proc is not None else None
+        if code is None:
+            return "server is not answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"server died: {name}"
+        return f"server exited with status {code}"
+
+    def _tail(self, n: int = 40) -> str:
+        from .isolation import log_tail
+
+        return log_tail(self._log_path, n) if self._log_path is not None else ""
+
+
+_STARTED: list[OpenAIEngine] = []
+
+
+def _kill_started() -> None:
+    for engine in list(_STARTED):
+        engine._kill_server(grace_s=5.0)
+
+
+atexit.register(_kill_started)
+
+
+def _flavor(value: Any) -> str:
+    text = str(value).lower()
+    text = _SERVER_ALIASES.get(text, text)
+    if text not in FLAVORS:
+        raise EngineFailed(f"openai: unknown flavor {value!r}; known: {', '.join(FLAVORS)}")
+    return text
+
+
+def _require_module(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise EngineUnavailable(f"openai: cannot start a {module} server: No module named {module!r}")
+
+
+def _server_log_path(server: str) -> Path:
+    """Next to the isolation log when running isolated, else a temporary file."""
+    pgid_file = os.environ.get("GPUCOMPAT_PGID_FILE")
+    if pgid_file:
+        base = pgid_file[: -len(".pgids")] if pgid_file.endswith(".pgids") else pgid_file
+        return Path(base + f".{server}-server.log")
+    fd, path = tempfile.mkstemp(prefix=f"gpucompat-{server}-server-", suffix=".log")
+    os.close(fd)
+    return Path(path)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+    return True
+
+
+def _grep_log(path: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return found
+    for key, pattern in _VLLM_LOG.items():
+        match = pattern.search(text)
+        if match:
+            found[key] = match.group(1)
+    return found
+
+
+def _reverse_vocab(model_dir: str) -> dict[str, int]:
+    """decoded text -> id for ids whose single-token decoding is unique; {} without a local tokenizer.json."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.is_file():
+        return {}
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return {}
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception:
+        return {}
+    seen: dict[str, int] = {}
+    clashes: set[str] = set()
+    for tid in range(tok.get_vocab_size(with_added_tokens=True)):
+        try:
+            text = tok.decode([tid], skip_special_tokens=False)
+        except Exception:
+            continue
+        if text in seen:
+            clashes.add(text)
+        else:
+            seen[text] = tid
+    for text in clashes:
+        seen.pop(text, None)
+    return seen

@@ -1,0 +1,99 @@
+"""Engine adapters on a machine without the engine: a skip with the import error, never a crash.
+
+Where an engine is installed (a GPU runner), these checks do not apply and are skipped; the suites exercise it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucompat.engines import (
+    DISTRIBUTIONS,
+    ENGINE_NAMES,
+    canonical_name,
+    create,
+    distribution,
+    engine_params,
+    engine_version,
+    normalize_dtype,
+)
+from pytest_gpucompat.engines.base import EngineSpec, EngineUnavailable
+from pytest_gpucompat.engines.isolation import EnginePool
+
+ADAPTERS = [
+    ("vllm", "vllm", "VLLMEngine"),
+    ("sglang", "sglang", "SGLangEngine"),
+    ("tensorrt-llm", "tensorrt_llm", "TRTLLMEngine"),
+]
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize(("name", "module", "cls"), ADAPTERS)
+def test_missing_engine_is_unavailable_with_the_import_error(name: str, module: str, cls: str,
+                                                             tmp_path: Path) -> None:
+    if _installed(module):
+        pytest.skip(f"{module} is installed here")
+    engine = create(name)
+    assert type(engine).__name__ == cls and engine.name == name
+    saved = dict(os.environ)
+    try:
+        with pytest.raises(EngineUnavailable) as skip:
+            engine.start(EngineSpec(name, str(tmp_path), {"dtype": "bfloat16"}))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    message = str(skip.value)
+    assert f"No module named '{module}'" in message
+    assert "\n" not in message
+    engine.shutdown()  # shutting down an engine that never started is harmless
+
+
+def test_missing_engine_through_the_isolated_pool(tmp_path: Path) -> None:
+    if _installed("vllm"):
+        pytest.skip("vllm is installed here")
+    pool = EnginePool(tmp_path / "logs", start_timeout_s=60)
+    spec = EngineSpec("vllm", str(tmp_path), {"dtype": "bfloat16"})
+    for _ in range(2):  # the second time from the pool's memory, without a new child
+        with pytest.raises(EngineUnavailable, match="vllm is not importable: ModuleNotFoundError"):
+            pool.get(spec)
+    pool.close_all()
+
+
+def test_vllm_env_defaults_do_not_override_the_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if _installed("vllm"):
+        pytest.skip("vllm is installed here")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    with pytest.raises(EngineUnavailable):
+        create("vllm").start(EngineSpec("vllm", str(tmp_path)))
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+
+
+def test_registry() -> None:
+    assert ENGINE_NAMES == ("hf", "vllm", "sglang", "tensorrt-llm", "openai")
+    assert set(DISTRIBUTIONS) == set(ENGINE_NAMES)
+    assert canonical_name("trtllm") == canonical_name("TensorRT_LLM") == "tensorrt-llm"
+    assert distribution("trtllm") == "tensorrt-llm" and distribution("hf") == "transformers"
+    assert distribution("pkg.mod:Factory") is None
+    assert engine_version("openai") is not None  # requests is installed for the tests
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        create("tgi")
+    with pytest.raises(ValueError, match="cannot import engine factory"):
+        create("no_such_module_xyz:Engine")
+
+
+def test_param_helpers() -> None:
+    assert engine_params({"dtype": "bf16", "env": {"A": "1"}, "task": "embed", "start_timeout_s": 5}) == {
+        "dtype": "bf16"
+    }
+    assert [normalize_dtype(d) for d in ("bf16", "torch.float16", "fp32", "half", "auto", "FP8")] == [
+        "bfloat16", "float16", "float32", "float16", "auto", "fp8"
+    ]
