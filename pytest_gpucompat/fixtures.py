@@ -111,7 +111,7 @@ def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     from .engines.isolation import EnginePool
 
     timeout = float(pytestconfig.getoption("gpucompat_timeout", 600.0) or 600.0)
-    pool = EnginePool(start_timeout=timeout, call_timeout=timeout)
+    pool = EnginePool(start_timeout_s=timeout, call_timeout_s=timeout)
     try:
         yield pool
     finally:
@@ -155,6 +155,31 @@ def start_engine(
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
     return StartedEngine(engine=engine, info=info, spec=spec)
+
+
+@pytest.fixture
+def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """Run a module-level function in a fresh child process under --gpucompat-timeout (memory measurements).
+
+    Not installed -> skip with the reason; a crash or hang -> failed cell carrying the child's log tail.
+    """
+    from .engines.isolation import run_in_child
+
+    timeout = float(request.config.getoption("gpucompat_timeout", 600.0) or 600.0)
+    cs = _cell_state(request)
+
+    def run(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return run_in_child(fn, *args, timeout_s=timeout)
+        except EngineUnavailable as exc:
+            pytest.skip(f"unavailable: {exc}")
+        except EngineFailed as exc:
+            if cs is not None:
+                cs.log_tail, cs.engine_failed = exc.log_tail or None, True
+            tail = f"\n--- child log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
+            pytest.fail(f"{getattr(fn, '__name__', 'call')} failed: {exc.message}{tail}", pytrace=False)
+
+    return run
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ into the cache: parallel pytest-xdist workers either win the rename or reuse the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +209,8 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) 
     hf_config = config_cls(**config)
     hf_config.architectures = [architecture]
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.float32)
+    with quiet_progress_bars():
+        model = AutoModelForCausalLM.from_config(hf_config).float()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
@@ -223,7 +225,8 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) 
                 param.copy_(noise * INIT["head_gain"] / param.shape[1] ** 0.5)
             else:
                 param.copy_(noise * INIT["linear_gain"] / param.shape[1] ** 0.5)
-    model.save_pretrained(str(target), safe_serialization=True)
+    with quiet_progress_bars():
+        model.save_pretrained(str(target), safe_serialization=True)
     config_path = target / "config.json"
     data = json.loads(config_path.read_text())
     # Older engines read `torch_dtype`, newer transformers writes `dtype`: give both.
@@ -235,6 +238,24 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) 
     config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """transformers draws progress bars for tiny loads and saves; keep test output readable, then restore."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
+    if enabled and hasattr(hf_logging, "disable_progress_bar"):
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled and hasattr(hf_logging, "enable_progress_bar"):
+            hf_logging.enable_progress_bar()
 
 
 def _write_tokenizer(target: Path, config: Mapping[str, Any]) -> None:

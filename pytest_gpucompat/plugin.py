@@ -21,6 +21,7 @@ from .fixtures import (  # noqa: F401  (fixtures are found through this module)
     gpucompat_findings,
     gpucompat_fingerprint,
     gpucompat_flag,
+    gpucompat_isolated,
     gpucompat_model,
     gpucompat_pool,
     gpucompat_record,

@@ -152,13 +152,28 @@ def _load_cached(files: tuple[str, ...], builtin: bool) -> KnowledgeBase:
     return KnowledgeBase(rules=tuple(rules), files=files, not_encoded=not_encoded)
 
 
-def load_not_encoded() -> dict[str, str]:
+def safe_load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` through libyaml when PyYAML has it (about 10x faster on the knowledge base).
+
+    Both loaders build the data with the same safe constructor; on an error the pure-Python loader parses the
+    text again, so error messages and line numbers are exactly those of ``yaml.safe_load``.
+    """
     import yaml
 
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is None:
+        return yaml.safe_load(text)
+    try:
+        return yaml.load(text, Loader=fast)
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
+
+
+def load_not_encoded() -> dict[str, str]:
     path = matrices_dir() / "not_encoded.yaml"
     if not path.exists():
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
+    data = safe_load_yaml(path.read_text()) or {}
     return {str(e["claim"]): str(e["reason"]) for e in data.get("not_encoded", [])}
 
 
@@ -171,7 +186,7 @@ def load_rule_file(path: str | Path) -> list[Rule]:
     except OSError as exc:
         raise InputError(source, None, f"cannot read rule file: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -465,40 +480,41 @@ def matching_rules(
     """The rules of ``kb`` that match ``fp`` running ``engine`` with ``params``, in knowledge-base order.
 
     The same answer as ``[r for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged_params)]``, from
-    an index: the machine conditions are decided once per (knowledge base, fingerprint), and each parameter value
-    is checked once against every rule that names it (see ``_Candidates``).
+    an index (see ``_KbIndex``): machine conditions are decided once per fingerprint, each parameter value once
+    per knowledge base.
     """
     last = _LAST
-    if last is not None and last[0] is kb and last[1] is fp:
-        index = last[2]
-    else:
-        index = _fingerprint_index(kb, fp)
+    fpi = last[2] if last is not None and last[0] is kb and last[1] is fp else _fingerprint_index(kb, fp)
     fp_params = fp.params
     if fp_params:
         merged: Mapping[str, Any] = {**fp_params, **(params or {})}
     else:
         merged = params if params is not None and type(params) is dict else dict(params or {})
     if engine is not None:
-        candidates = index.by_engine.get(engine) or index.candidates_for(engine, None)
+        candidates = fpi.by_engine.get(engine)
+        if candidates is None:
+            candidates = fpi.candidates(engine, None)
     else:
         key = _norm_value(merged.get("engine"))
-        candidates = index.by_engine_param.get(key) or index.candidates_for(None, key)
-    return candidates.match(merged)
+        candidates = fpi.by_engine_param.get(key)
+        if candidates is None:
+            candidates = fpi.candidates(None, key)
+    return fpi.kb_index.match(candidates, merged)
 
 
 # --------------------------------------------------------------------------- the matching index
 
-_MAX_VALUES = 4096  # cached parameter values per name, and result sets, per candidate list
-_MAX_FINGERPRINTS = 256  # fingerprint indexes kept per knowledge base
+_MAX_CACHED = 16384  # values per parameter name, and distinct result sets, remembered per knowledge base
+_MAX_FINGERPRINTS = 256  # fingerprints remembered per knowledge base
+_MAX_KBS = 32
 _UNCACHEABLE = object()
-_MISSING = object()
 
 
 def _value_key(value: Any) -> Any:
     """A dict key for a parameter value that two values share only when every condition treats them alike.
 
     ``1``, ``1.0`` and ``True`` are equal in Python but not to the conditions ("1" vs "true"; ``1.0`` and ``-0.0``
-    parse as other versions), so the type is part of the key; other types are not cached.
+    parse as other versions than ``1`` and ``0``), so the type is part of the key; other types are not cached.
     """
     cls = value.__class__
     if cls is str:
@@ -508,82 +524,6 @@ def _value_key(value: Any) -> Any:
     if cls is float:
         return (cls, repr(value))
     return _UNCACHEABLE
-
-
-class _Candidates:
-    """The rules that can still match once the machine and the engine are known, with their parameter conditions.
-
-    Bit ``i`` of a mask stands for ``rules[i]``. For each parameter name that some candidate tests, ``tables[name]``
-    maps a value to the mask of candidates whose conditions on that name hold for it (candidates that do not test
-    the name have their bit set); ``absent[name]`` is the mask when the cell lacks the name. A cell's result is the
-    AND of the masks of its values, and each distinct result is turned into its list of rules once.
-    """
-
-    __slots__ = ("rules", "conditions", "names", "all_mask", "tables", "absent", "absent_rest", "results")
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        self.rules = tuple(rules)
-        # name -> ((bit, rule's conditions on that name), ...); "model" also carries the model globs
-        by_name: dict[str, list[tuple[int, Conditions]]] = {}
-        for i, rule in enumerate(self.rules):
-            names = {name for name, _ in rule.when.params}
-            if rule.when.model:
-                names.add("model")
-            for name in sorted(names):
-                by_name.setdefault(name, []).append((1 << i, rule.when))
-        self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
-        self.names = frozenset(self.conditions)
-        self.all_mask = (1 << len(self.rules)) - 1
-        self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
-        self.absent = {name: self._mask(name, False, None) for name in self.conditions}
-        self.absent_rest: dict[tuple[str, ...], int] = {}
-        self.results: dict[int, tuple[Rule, ...]] = {}
-
-    def _mask(self, name: str, present: bool, value: Any) -> int:
-        """Candidates whose conditions on ``name`` hold for this value (or its absence); others pass."""
-        mask = self.all_mask
-        one = {name: value} if present else {}
-        for bit, w in self.conditions[name]:
-            if not _name_holds(w, name, one):
-                mask &= ~bit
-        return mask
-
-    def _absent_except(self, present: tuple[str, ...]) -> int:
-        mask = self.absent_rest.get(present)
-        if mask is None:
-            mask = self.all_mask
-            for name, absent in self.absent.items():
-                if name not in present:
-                    mask &= absent
-            if len(self.absent_rest) < _MAX_VALUES:
-                self.absent_rest[present] = mask
-        return mask
-
-    def match(self, params: Mapping[str, Any]) -> list[Rule]:
-        if not self.conditions:
-            return list(self.rules)
-        mask = self.all_mask
-        present: list[str] = []
-        tables = self.tables
-        for name, value in params.items():
-            table = tables.get(name)
-            if table is None:
-                continue
-            present.append(name)
-            key = _value_key(value)
-            bits = table.get(key, None) if key is not _UNCACHEABLE else None
-            if bits is None:
-                bits = self._mask(name, True, value)
-                if key is not _UNCACHEABLE and len(table) < _MAX_VALUES:
-                    table[key] = bits
-            mask &= bits
-        mask &= self._absent_except(tuple(present))
-        found = self.results.get(mask)
-        if found is None:
-            found = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
-            if len(self.results) < _MAX_VALUES:
-                self.results[mask] = found
-        return list(found)
 
 
 def _name_holds(w: Conditions, name: str, params: Mapping[str, Any]) -> bool:
@@ -598,36 +538,222 @@ def _name_holds(w: Conditions, name: str, params: Mapping[str, Any]) -> bool:
     return True
 
 
-class _FingerprintIndex:
-    """The rules of a knowledge base whose machine conditions hold on one fingerprint, by engine."""
+def _vkey(version: Version | None) -> str | None:
+    """A key for a version that two versions share only when every specifier treats them alike."""
+    return None if version is None else str(version)
 
-    __slots__ = ("facts", "rules", "by_engine", "by_engine_param")
 
-    def __init__(self, kb: KnowledgeBase, facts: Facts) -> None:
-        self.facts = facts
-        self.rules = tuple(r for r in kb.rules if _fingerprint_holds(r.when, facts))
-        self.by_engine: dict[str, _Candidates] = {}
-        self.by_engine_param: dict[Any, _Candidates] = {}
+def _machine_fields(facts: Facts) -> list[tuple[Any, Any, Any]]:
+    """(field, cache key, value) for each machine fact a condition can test; packages are ("package", name)."""
+    fields: list[tuple[Any, Any, Any]] = [
+        ("driver", _vkey(facts.driver), facts.driver),
+        ("cuda_driver", _vkey(facts.cuda_driver), facts.cuda_driver),
+        ("cuda_runtime", _vkey(facts.cuda_runtime), facts.cuda_runtime),
+        ("gpu_count", _vkey(facts.gpu_count), facts.gpu_count),
+        ("interconnect", facts.interconnect, facts.interconnect),
+        ("gpus", tuple((n, a, _vkey(c), _vkey(m)) for n, a, c, m in facts.gpus), facts.gpus),
+    ]
+    return fields
 
-    def candidates_for(self, engine: str | None, engine_param: Any) -> _Candidates:
-        """Rules whose engine condition holds: for ``engine``, or (engine None) for the ``engine`` parameter."""
-        facts = self.facts
-        probe = {} if engine_param is None else {"engine": engine_param}
-        rules = [r for r in self.rules if _engine_holds(r.engine, facts, engine, probe)]
-        candidates = _Candidates(rules)
-        if engine is not None:
-            self.by_engine[engine] = candidates
-        else:
-            self.by_engine_param[engine_param] = candidates
-        return candidates
+
+def _field_holds(w: Conditions, field_name: Any, value: Any) -> bool:
+    """``_fingerprint_holds`` restricted to the conditions on one machine fact."""
+    if field_name == "driver":
+        return w.driver is None or (value is not None and matches(w.driver, value))
+    if field_name == "cuda_driver":
+        return w.cuda_driver is None or (value is not None and matches(w.cuda_driver, value))
+    if field_name == "cuda_runtime":
+        return w.cuda_runtime is None or (value is not None and matches(w.cuda_runtime, value))
+    if field_name == "gpu_count":
+        return w.gpu_count is None or matches(w.gpu_count, value)
+    if field_name == "interconnect":
+        return w.interconnect is None or value == w.interconnect
+    if field_name == "gpus":
+        return not (w.has_gpu_condition and not any(_gpu_holds(w, g) for g in value))
+    _, package = field_name
+    specs = [spec for name, spec in w.packages if name == package]
+    return all(value is not None and matches(spec, value) for spec in specs)
+
+
+def _machine_field_names(w: Conditions) -> list[Any]:
+    names: list[Any] = [f for f in ("driver", "cuda_driver", "cuda_runtime", "gpu_count", "interconnect")
+                        if getattr(w, f) is not None]
+    if w.has_gpu_condition:
+        names.append("gpus")
+    names.extend(("package", name) for name, _ in w.packages)
+    return names
 
 
 class _KbIndex:
-    __slots__ = ("kb", "fingerprints")
+    """A knowledge base as bit masks: bit ``i`` stands for ``kb.rules[i]``.
+
+    A rule's conditions are a conjunction of conditions that each test one thing: one machine fact (the driver, the
+    GPUs, one package's version, ...), the engine, or one parameter of the cell. So the rules a cell matches are the
+    AND of one mask per thing tested: for each machine fact, the rules whose conditions on it hold for the
+    fingerprint's value; the rules whose engine condition holds; for each parameter name some rule tests, the rules
+    whose conditions on it hold for the cell's value (or its absence). Each mask is computed with the reference
+    functions above the first time a value is seen and then remembered, so a value is checked against the rules
+    once per knowledge base, not once per cell; each distinct result becomes its list of rules once.
+    """
+
+    __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "engine_free",
+                 "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results",
+                 "chunks", "fingerprints")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
+        self.rules = tuple(kb.rules)
+        self.all_mask = (1 << len(self.rules)) - 1
+        self.engine_free = 0  # rules without an engine condition
+        self.engine_masks: dict[str, int] = {}
+        self.param_mask = 0  # rules with parameter or model conditions
+        by_field: dict[Any, list[tuple[int, Conditions]]] = {}
+        by_name: dict[str, list[tuple[int, Conditions]]] = {}
+        for i, rule in enumerate(self.rules):
+            bit = 1 << i
+            w = rule.when
+            for field_name in _machine_field_names(w):
+                by_field.setdefault(field_name, []).append((bit, w))
+            if rule.engine is None:
+                self.engine_free |= bit
+            else:
+                self.engine_masks[rule.engine] = self.engine_masks.get(rule.engine, 0) | bit
+            names = {name for name, _ in w.params}
+            if w.model:
+                names.add("model")
+            if names:
+                self.param_mask |= bit
+            for name in names:
+                by_name.setdefault(name, []).append((bit, w))
+        self.machine_conditions = {f: tuple(entries) for f, entries in by_field.items()}
+        self.machine_tables: dict[Any, dict[Any, int]] = {f: {} for f in self.machine_conditions}
+        self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
+        self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
+        self.absent = {name: self._mask(name, False, None) for name in self.conditions}
+        self.plans: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, dict[Any, int]], ...]]] = {}
+        self.results: dict[int, tuple[Rule, ...]] = {}
+        # rules by byte of a mask: chunks[i][b] lists the rules of the set bits of byte value b at byte i
+        self.chunks: list[list[tuple[Rule, ...] | None]] = [[None] * 256 for _ in range((len(self.rules) + 7) // 8)]
         self.fingerprints: dict[Fingerprint, _FingerprintIndex] = {}
+
+    # ---------------------------------------------------------------- machine
+
+    def machine_mask(self, facts: Facts) -> int:
+        """The rules whose machine conditions all hold for these facts."""
+        mask = self.all_mask
+        fields = _machine_fields(facts)
+        fields.extend((("package", name), _vkey(version), version) for name, version in facts.packages.items())
+        seen_packages = set()
+        for field_name, key, value in fields:
+            table = self.machine_tables.get(field_name)
+            if table is None:
+                continue
+            if isinstance(field_name, tuple):
+                seen_packages.add(field_name)
+            mask &= self._machine_bits(table, field_name, key, value)
+        for field_name, table in self.machine_tables.items():  # conditions on packages this machine lacks
+            if isinstance(field_name, tuple) and field_name not in seen_packages:
+                mask &= self._machine_bits(table, field_name, None, None)
+        return mask
+
+    def _machine_bits(self, table: dict[Any, int], field_name: Any, key: Any, value: Any) -> int:
+        bits = table.get(key)
+        if bits is None:
+            bits = self.all_mask
+            for bit, w in self.machine_conditions[field_name]:
+                if not _field_holds(w, field_name, value):
+                    bits &= ~bit
+            if len(table) < _MAX_CACHED:
+                table[key] = bits
+        return bits
+
+    # ---------------------------------------------------------------- parameters
+
+    def _mask(self, name: str, present: bool, value: Any) -> int:
+        """All rules but those whose conditions on ``name`` fail for this value (or its absence)."""
+        mask = self.all_mask
+        one = {name: value} if present else {}
+        for bit, w in self.conditions[name]:
+            if not _name_holds(w, name, one):
+                mask &= ~bit
+        return mask
+
+    def _plan(self, keys: tuple[Any, ...]) -> tuple[int, tuple[tuple[str, dict[Any, int]], ...]]:
+        """For cells whose parameters have these names: the mask of the tested names they lack, and the tables of
+        those they have."""
+        present = [name for name in keys if name in self.tables]
+        absent = self.all_mask
+        for name, bits in self.absent.items():
+            if name not in present:
+                absent &= bits
+        plan = (absent, tuple((name, self.tables[name]) for name in present))
+        if len(self.plans) < _MAX_CACHED:
+            self.plans[keys] = plan
+        return plan
+
+    def match(self, candidates: int, params: Mapping[str, Any]) -> list[Rule]:
+        mask = candidates
+        if mask & self.param_mask:
+            keys = tuple(params)
+            plan = self.plans.get(keys)
+            if plan is None:
+                plan = self._plan(keys)
+            mask &= plan[0]
+            for name, table in plan[1]:
+                value = params[name]
+                key = value if value.__class__ is str else _value_key(value)
+                bits = None if key is _UNCACHEABLE else table.get(key)
+                if bits is None:
+                    bits = self._mask(name, True, value)
+                    if key is not _UNCACHEABLE and len(table) < _MAX_CACHED:
+                        table[key] = bits
+                mask &= bits
+        found = self.results.get(mask)
+        if found is None:
+            found = self._rules_of(mask)
+            if len(self.results) < _MAX_CACHED:
+                self.results[mask] = found
+        return list(found)
+
+    def _rules_of(self, mask: int) -> tuple[Rule, ...]:
+        found: list[Rule] = []
+        chunks = self.chunks
+        for i, byte in enumerate(mask.to_bytes(len(chunks), "little")):
+            if byte:
+                part = chunks[i][byte]
+                if part is None:
+                    part = chunks[i][byte] = tuple(self.rules[i * 8 + j] for j in range(8) if byte >> j & 1)
+                found.extend(part)
+        return tuple(found)
+
+
+class _FingerprintIndex:
+    """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
+
+    __slots__ = ("kb_index", "machine", "installed_engines", "by_engine", "by_engine_param")
+
+    def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
+        self.kb_index = kb_index
+        self.machine = kb_index.machine_mask(facts)
+        self.installed_engines = 0
+        for name, bits in kb_index.engine_masks.items():
+            if _engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
+                self.installed_engines |= bits
+        self.by_engine: dict[str, int] = {}
+        self.by_engine_param: dict[Any, int] = {}
+
+    def candidates(self, engine: str | None, engine_param: Any) -> int:
+        """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter."""
+        kbi = self.kb_index
+        if engine is not None:
+            mask = self.machine & (kbi.engine_free | kbi.engine_masks.get(engine, 0))
+            self.by_engine[engine] = mask
+        else:
+            named = kbi.engine_masks.get(engine_param, 0) if isinstance(engine_param, str) else 0
+            mask = self.machine & (kbi.engine_free | self.installed_engines | named)
+            if len(self.by_engine_param) < _MAX_CACHED:
+                self.by_engine_param[engine_param] = mask
+        return mask
 
 
 _KB_INDEXES: dict[int, _KbIndex] = {}
@@ -638,20 +764,20 @@ def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
     global _LAST
     kb_index = _KB_INDEXES.get(id(kb))
     if kb_index is None or kb_index.kb() is not kb:
-        if len(_KB_INDEXES) >= 32:
+        if len(_KB_INDEXES) >= _MAX_KBS:
             _KB_INDEXES.clear()
         kb_index = _KB_INDEXES[id(kb)] = _KbIndex(kb)
     index = kb_index.fingerprints.get(fp)
     if index is None:
         if len(kb_index.fingerprints) >= _MAX_FINGERPRINTS:
             kb_index.fingerprints.clear()
-        index = kb_index.fingerprints[fp] = _FingerprintIndex(kb, Facts.of(fp))
+        index = kb_index.fingerprints[fp] = _FingerprintIndex(kb_index, Facts.of(fp))
     _LAST = (kb, fp, index)
     return index
 
 
 def clear_match_cache() -> None:
-    """Forget the matching indexes (they are rebuilt on the next call); for benchmarks and long-lived processes."""
+    """Forget the matching indexes (they are rebuilt on the next call): for benchmarks, and to free memory."""
     global _LAST
     _LAST = None
     _KB_INDEXES.clear()

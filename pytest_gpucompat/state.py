@@ -59,6 +59,11 @@ class RunState:
     kb: KnowledgeBase
     run_known_bad: bool
     what_if: bool
+    # matched rules (by identity: they all belong to self.kb) -> their findings and the default decision; many
+    # cells of a matrix match the same rules, and both are pure functions of the rules
+    _verdicts: dict[tuple[int, ...], tuple[tuple[Finding, ...], Decision]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def evaluate(self, config: pytest.Config, cell: Cell) -> CellState:
         state = CellState(cell=cell)
@@ -66,11 +71,17 @@ class RunState:
         if state.not_covered:
             return state
         rules = matching_rules(self.kb, self.fingerprint, cell.engine, cell.params)
-        state.findings = tuple(findings_for(rules, self.run_known_bad))
-        decision = config.hook.pytest_gpucompat_decide(
-            config=config, cell=cell, findings=state.findings, fingerprint=self.fingerprint
-        )
-        state.decision = decision or decide(state.findings, self.run_known_bad)
+        key = tuple(map(id, rules))
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            findings = tuple(findings_for(rules, self.run_known_bad))
+            verdict = self._verdicts[key] = (findings, decide(findings, self.run_known_bad))
+        state.findings = verdict[0]
+        hook = config.hook.pytest_gpucompat_decide
+        decision = None
+        if hook.get_hookimpls():  # no conftest implements the hook: the default policy decides
+            decision = hook(config=config, cell=cell, findings=state.findings, fingerprint=self.fingerprint)
+        state.decision = decision or verdict[1]
         return state
 
 

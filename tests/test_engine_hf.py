@@ -17,7 +17,16 @@ from pytest_gpucompat.models import build_perturbed_model, build_tiny_model, fix
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-N, LENGTH, TOKENS, TOP_N = 8, 16, 24, 5
+N, LENGTH, TOKENS, TOP_N = 8, 16, 16, 5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The tiny model gains nothing from threads; under pytest-xdist they only fight over the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

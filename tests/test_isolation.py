@@ -20,7 +20,7 @@ import pytest
 from pytest_gpucompat.engines import Unsupported
 from pytest_gpucompat.engines import isolation as iso
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from pytest_gpucompat.engines.isolation import EnginePool, IsolatedEngine, log_tail
+from pytest_gpucompat.engines.isolation import EnginePool, IsolatedEngine, log_tail, run_in_child
 
 FAKE = f"{__name__}:FakeEngine"
 
@@ -75,6 +75,20 @@ class FakeEngine:
         print("fake engine shutting down", flush=True)
 
 
+def measure(kind: str, value: int = 0) -> int:
+    """A function run by run_in_child: returns, hangs, crashes or skips as told."""
+    print(f"measuring {kind} in pid {os.getpid()}", flush=True)
+    if kind == "hang":
+        time.sleep(3600)
+    if kind == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "skip":
+        raise EngineUnavailable("no GPU for this measurement")
+    if kind == "error":
+        raise ValueError("bad measurement")
+    return value * 2 if kind == "double" else os.getpid()
+
+
 def spec(mode: str = "", **params: Any) -> EngineSpec:
     return EngineSpec(engine=FAKE, model="unused", params={"mode": mode, **params})
 
@@ -127,6 +141,21 @@ def test_round_trip_and_fd_level_log(engine: IsolatedEngine) -> None:
     assert _group_gone(pid)
     with pytest.raises(EngineFailed, match="not running"):
         engine.generate([[1]], 1, 1)
+
+
+def test_start_stop_cycles_in_one_child(engine: IsolatedEngine) -> None:
+    engine.start(spec())
+    pid = engine.pid
+    engine.stop_engine()
+    assert engine.memory_sample(None).pid == pid
+    with pytest.raises(EngineFailed, match="not started"):
+        engine.generate([[1]], 1, 1)
+    engine.start(spec())
+    assert engine.pid == pid
+    assert engine.generate([[2]], 1, 1)[0].token_ids == (2,)
+    with pytest.raises(EngineFailed, match="already started"):
+        engine.start(spec())
+    assert engine.log_path.read_text().count("fake engine shutting down") == 1
 
 
 def test_hang_in_start_is_killed_with_its_process_group(tmp_path: Path) -> None:
@@ -252,7 +281,7 @@ def test_pool_remembers_a_failed_start(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_pool_in_process_and_start_timeout_param(tmp_path: Path) -> None:
-    pool = EnginePool(tmp_path, start_timeout=30, call_timeout=30)  # aliases without the unit suffix
+    pool = EnginePool(tmp_path, start_timeout_s=30, call_timeout_s=30)
     engine, info = pool.get(spec(), isolated=False)
     assert not isinstance(engine, IsolatedEngine)
     assert info.extra["pid"] == os.getpid()
@@ -280,6 +309,22 @@ def test_pool_decides_isolation_by_engine_name(tmp_path: Path) -> None:
     assert pool._isolated(EngineSpec("trtllm", "m"), None) is True
     assert pool._isolated(EngineSpec("vllm", "m", {"isolated": False}), None) is False
     assert pool._isolated(EngineSpec("hf", "m"), True) is True
+
+
+def test_run_in_child(tmp_path: Path) -> None:
+    log = tmp_path / "fn.log"
+    assert run_in_child(measure, "double", value=21, log_path=log) == 42
+    assert run_in_child(measure, "pid", log_path=log) != os.getpid()
+    assert "measuring pid" in log.read_text()
+    with pytest.raises(EngineFailed, match=r"^engine hung in measure\(\) after 1 s$") as hang:
+        run_in_child(measure, "hang", timeout_s=1, log_path=log)
+    assert "measuring hang" in hang.value.log_tail
+    with pytest.raises(EngineFailed, match=r"^engine process died: SIGSEGV during measure\(\)$"):
+        run_in_child(measure, "segv", log_path=log)
+    with pytest.raises(EngineUnavailable, match="no GPU for this measurement"):
+        run_in_child(measure, "skip", log_path=log)
+    with pytest.raises(EngineFailed, match=r"^measure\(\) raised ValueError: bad measurement$"):
+        run_in_child(measure, "error", log_path=log)
 
 
 def test_log_tail(tmp_path: Path) -> None:

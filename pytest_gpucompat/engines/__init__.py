@@ -35,6 +35,7 @@ __all__ = [
     "wants_embeddings",
 ]
 
+
 class Unsupported(EngineUnavailable, NotImplementedError):
     """This engine, started this way, cannot do that call (e.g. embed on a generation engine): a skip, not a
     failure. Both `except EngineUnavailable` and `except NotImplementedError` catch it."""

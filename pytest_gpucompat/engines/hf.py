@@ -61,8 +61,11 @@ class HFEngine:
         if params.get("attn_implementation"):
             kwargs["attn_implementation"] = str(params["attn_implementation"])
         torch.manual_seed(int(params.get("seed", 0)))
+        from ..models import quiet_progress_bars
+
         try:
-            model = AutoModelForCausalLM.from_pretrained(spec.model, **kwargs)
+            with quiet_progress_bars():
+                model = AutoModelForCausalLM.from_pretrained(spec.model, **kwargs)
             model.to(device)
             model.eval()
         except (OSError, ValueError, RuntimeError, ImportError, TypeError) as exc:

@@ -60,6 +60,24 @@ def register_process_group(pgid: int) -> None:
         fh.write(f"{int(pgid)}\n")
 
 
+def _group_has_live_member(pgid: int) -> bool:
+    """Scan /proc for a non-zombie member of process group `pgid` (True when /proc cannot tell)."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return True
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields after the command name: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(code).name
@@ -100,6 +118,8 @@ def _child_main(conn: Any, engine_name: str, log_path: str, env: Mapping[str, st
             op, payload = "shutdown", None  # parent went away
         try:
             if op == "start":
+                if engine is not None:
+                    raise EngineFailed("engine already started in this process")
                 engine = create(engine_name)
                 result: Any = engine.start(payload)
             elif op == "generate":
@@ -110,7 +130,10 @@ def _child_main(conn: Any, engine_name: str, log_path: str, env: Mapping[str, st
                 from ..memory import sample
 
                 result = sample(payload)
-            elif op == "shutdown":
+            elif op == "call":
+                fn, args, kwargs = payload
+                result = fn(*args, **kwargs)
+            elif op in ("shutdown", "stop"):
                 if engine is not None:
                     engine.shutdown()
                     engine = None
@@ -233,13 +256,15 @@ class IsolatedEngine:
             _ATEXIT_REGISTERED = True
 
     def start(self, spec: EngineSpec) -> RunInfo:
-        if self._proc is not None:
+        """Spawn the child and start the engine in it; after stop_engine(), start again in the same child."""
+        if self._proc is None:
+            env = dict(self._env)
+            spec_env = spec.params.get("env") if isinstance(spec.params, Mapping) else None
+            if isinstance(spec_env, Mapping):
+                env.update({str(k): str(v) for k, v in spec_env.items()})
+            self._spawn(env)
+        elif self.run_info is not None:
             raise EngineFailed("isolated engine already started")
-        env = dict(self._env)
-        spec_env = spec.params.get("env") if isinstance(spec.params, Mapping) else None
-        if isinstance(spec_env, Mapping):
-            env.update({str(k): str(v) for k, v in spec_env.items()})
-        self._spawn(env)
         try:
             info = self._call("start", spec, self.start_timeout_s)
         except EngineUnavailable:
@@ -264,6 +289,12 @@ class IsolatedEngine:
     def memory_sample(self, device_index: int | None = None) -> Any:
         """A memory.MemorySample taken inside the child (its torch allocator, its NVML share)."""
         return self._call("memory", device_index, self.call_timeout_s)
+
+    def stop_engine(self) -> None:
+        """Shut the engine down but keep the child process, so start/stop cycles can be measured in one process
+        (memory_sample() between cycles): what an engine leaves behind after shutdown stays visible."""
+        self._call("stop", None, self.shutdown_timeout_s)
+        self.run_info = None
 
     def shutdown(self) -> None:
         """Ask the engine to shut down, then make sure the whole process group is gone."""
@@ -321,18 +352,20 @@ class IsolatedEngine:
 
     @staticmethod
     def _any_group_alive(groups: Sequence[int]) -> bool:
+        """True while a process of these groups still runs; zombies (unreaped by a container's PID 1) do not count."""
         for pgid in groups:
             try:
                 os.killpg(pgid, 0)
             except (ProcessLookupError, PermissionError, OSError):
                 continue
-            return True
+            if _group_has_live_member(pgid):
+                return True
         return False
 
     def _tail(self) -> str:
         return log_tail(self.log_path)
 
-    def _died(self, op: str) -> EngineFailed:
+    def _died(self, op: str) -> EngineFailed:  # op: the call's name as shown in messages
         proc = self._proc
         proc.join(timeout=2.0)
         code = proc.exitcode
@@ -348,32 +381,33 @@ class IsolatedEngine:
         self._dead = reason
         return EngineFailed(f"{reason} during {op}()", log_tail=tail)
 
-    def _call(self, op: str, payload: Any, timeout_s: float) -> Any:
+    def _call(self, op: str, payload: Any, timeout_s: float, label: str | None = None) -> Any:
+        name = label or op
         if self._proc is None:
-            raise EngineFailed(f"{op}() called before start()")
+            raise EngineFailed(f"{name}() called before start()")
         if self._dead is not None:
-            raise EngineFailed(f"{op}(): engine process is not running ({self._dead})", log_tail=self._tail())
+            raise EngineFailed(f"{name}(): engine process is not running ({self._dead})", log_tail=self._tail())
         try:
             self._conn.send((op, payload))
         except (BrokenPipeError, OSError):
-            raise self._died(op) from None
+            raise self._died(name) from None
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 tail = self._tail()
                 self.kill()
-                self._dead = f"hung in {op}()"
-                raise EngineFailed(f"engine hung in {op}() after {timeout_s:g} s", log_tail=tail)
+                self._dead = f"hung in {name}()"
+                raise EngineFailed(f"engine hung in {name}() after {timeout_s:g} s", log_tail=tail)
             try:
                 ready = self._conn.poll(min(0.1, remaining))
             except (EOFError, OSError):
-                raise self._died(op) from None
+                raise self._died(name) from None
             if ready:
                 try:
                     status, value = self._conn.recv()
                 except (EOFError, OSError):
-                    raise self._died(op) from None
+                    raise self._died(name) from None
                 break
             if not self._proc.is_alive():
                 # It may have answered just before exiting.
@@ -383,7 +417,7 @@ class IsolatedEngine:
                         break
                 except (EOFError, OSError):
                     pass
-                raise self._died(op) from None
+                raise self._died(name) from None
         if status == "ok":
             return value
         if status == "unsupported":
@@ -392,7 +426,32 @@ class IsolatedEngine:
             raise EngineUnavailable(str(value))
         if status == "failed":
             raise EngineFailed(str(value), log_tail=self._tail())
-        raise EngineFailed(f"{op}() raised {value}", log_tail=self._tail())
+        raise EngineFailed(f"{name}() raised {value}", log_tail=self._tail())
+
+
+def run_in_child(
+    fn: Any,
+    *args: Any,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    log_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Run `fn(*args, **kwargs)` in a fresh spawned child (own process group, output to `log_path`) and return its
+    result, with the same hang and crash handling as an isolated engine: a measurement that must belong to one
+    process alone (memory cycles, a whole engine life) runs here. `fn` and its arguments must be picklable
+    (a module-level function); EngineUnavailable raised in the child is raised again here."""
+    label = getattr(fn, "__name__", "call")
+    runner = IsolatedEngine(f"{__name__}:_no_engine", log_path=log_path, env=env, call_timeout_s=timeout_s)
+    runner._spawn(runner._env)
+    try:
+        return runner._call("call", (fn, args, kwargs), timeout_s, label=label)
+    finally:
+        runner.shutdown()
+
+
+def _no_engine() -> Engine:  # pragma: no cover - never started: run_in_child only sends "call"
+    raise EngineFailed("no engine in a function child")
 
 
 class _InProcess:
@@ -437,13 +496,7 @@ class EnginePool:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         max_live: int | None = None,
-        start_timeout: float | None = None,
-        call_timeout: float | None = None,
     ) -> None:
-        if start_timeout is not None:  # aliases without the unit suffix
-            start_timeout_s = start_timeout
-        if call_timeout is not None:
-            call_timeout_s = call_timeout
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="gpucompat-logs-"))
         self.start_timeout_s = float(start_timeout_s)
         self.call_timeout_s = float(call_timeout_s)
