@@ -66,7 +66,7 @@ def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpuc
     assert ok, f"{gpucompat_cell.engine} {key} drifted from the float32 reference: {message}"
 
 
-@pytest.mark.gpucompat(matrix="precision")
+@pytest.mark.gpucompat(matrix="embedding")
 def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference, gpucompat_model,
                                             gpucompat_record):
     dtype = str(gpucompat_cell.params.get("dtype", "auto"))

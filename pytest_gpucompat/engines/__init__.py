@@ -149,6 +149,10 @@ _DTYPE_ALIASES: dict[str, str] = {
     "float16": "float16",
     "torch.float16": "float16",
     "auto": "auto",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from . import engine_params, normalize_dtype, one_line
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
-_DTYPES = ("float32", "bfloat16", "float16", "auto")
+_DTYPES = ("float32", "bfloat16", "float16", "auto", "fp8")
 _OWN_PARAMS = {"dtype", "device", "attn_implementation", "pooling", "trust_remote_code", "seed"}
 
 
@@ -52,8 +52,14 @@ class HFEngine:
         if pooling not in ("mean", "last"):
             raise EngineFailed(f"hf: pooling must be 'mean' or 'last', not {pooling!r}")
 
+        if dtype_name == "fp8":
+            from .fp8 import require_fp8
+
+            require_fp8(torch, device)
         kwargs: dict[str, Any] = {"trust_remote_code": bool(params.get("trust_remote_code", False))}
-        if dtype_name != "auto":
+        if dtype_name == "fp8":
+            kwargs[_dtype_kwarg(transformers.__version__)] = torch.bfloat16
+        elif dtype_name != "auto":
             torch_dtype = getattr(torch, dtype_name)
             kwargs[_dtype_kwarg(transformers.__version__)] = torch_dtype
         else:
@@ -68,6 +74,11 @@ class HFEngine:
                 model = AutoModelForCausalLM.from_pretrained(spec.model, **kwargs)
             model.to(device)
             model.eval()
+            fp8_linears = 0
+            if dtype_name == "fp8":
+                from .fp8 import quantize_linears
+
+                fp8_linears = quantize_linears(model)
         except (OSError, ValueError, RuntimeError, ImportError, TypeError) as exc:
             raise EngineFailed(f"hf: loading {spec.model} failed: {one_line(exc)}") from None
 
@@ -77,6 +88,8 @@ class HFEngine:
         self._spec = spec
         param_dtype = next(model.parameters()).dtype
         extra: dict[str, Any] = {"torch": torch.__version__, "pooling": pooling}
+        if dtype_name == "fp8":
+            extra["fp8"] = f"w8a8 e4m3 per-tensor via torch._scaled_mm in {fp8_linears} linear layers"
         if device.startswith("cuda"):
             index = torch.device(device).index or 0
             extra["cuda_device_name"] = torch.cuda.get_device_name(index)
@@ -86,7 +99,7 @@ class HFEngine:
             engine=self.name,
             version=transformers.__version__,
             device=device,
-            dtype=str(param_dtype).removeprefix("torch."),
+            dtype="fp8" if dtype_name == "fp8" else str(param_dtype).removeprefix("torch."),
             kv_cache_dtype=str(param_dtype).removeprefix("torch."),
             attention_backend=getattr(model.config, "_attn_implementation", None),
             start_s=time.monotonic() - began,
