@@ -166,6 +166,8 @@ def test_bad_params_fail_or_skip_in_one_line(model_dir: Path, tmp_path: Path) ->
     with pytest.raises(EngineFailed, match="unknown params kv_cache_dtype"):
         HFEngine().start(EngineSpec("hf", str(model_dir), {"device": "cpu", "kv_cache_dtype": "fp8"}))
     with pytest.raises(EngineUnavailable, match="does not run dtype"):
+        HFEngine().start(EngineSpec("hf", str(model_dir), {"device": "cpu", "dtype": "int3"}))
+    with pytest.raises(EngineUnavailable, match="fp8 needs an FP8-capable GPU"):
         HFEngine().start(EngineSpec("hf", str(model_dir), {"device": "cpu", "dtype": "fp8"}))
     with pytest.raises(EngineFailed, match="loading .* failed") as info:
         HFEngine().start(EngineSpec("hf", str(tmp_path / "missing"), {"device": "cpu"}))
