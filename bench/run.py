@@ -61,6 +61,15 @@ def _bin(name: str) -> str | None:
     return shutil.which(name)
 
 
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the measured processes: bytecode caching on, as for any installed package (an
+    environment that turns it off would make every run compile the plugin's modules again)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(extra or {})
+    return env
+
+
 def _time_process(argv: Sequence[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None,
                   warmup: int = 1) -> dict[str, Any]:
     """Wall time of a whole process, ``runs`` times after ``warmup`` untimed runs (page cache, .pyc)."""
@@ -69,8 +78,8 @@ def _time_process(argv: Sequence[str], runs: int, cwd: str | None = None, env: d
     last_err = ""
     for i in range(warmup + runs):
         t0 = time.perf_counter()
-        proc = subprocess.run(list(argv), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+        proc = subprocess.run(list(argv), cwd=cwd, env=env or _child_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - t0
         last_rc, last_err = proc.returncode, proc.stderr
         if i >= warmup:
@@ -87,7 +96,8 @@ def _time_process(argv: Sequence[str], runs: int, cwd: str | None = None, env: d
 def _probe(argv: Sequence[str]) -> str | None:
     """None when the command runs (exit status 0 within 120 s), else why not, in one line."""
     try:
-        proc = subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(list(argv), env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{' '.join(argv)}: {exc}"
     if proc.returncode != 0:
@@ -326,10 +336,9 @@ def bench_overhead(a: int, b: int, runs: int, keep: bool = False) -> dict[str, A
             (d / "test_suite.py").write_text(body.format(a=a, b=b))
             # an empty ini stops pytest from picking up a configuration further up the tree
             (d / "pytest.ini").write_text("[pytest]\n")
-        env = dict(os.environ)
+        env = _child_env({"GPUCOMPAT_RUNNER": "bench"})
         env.pop("PYTEST_ADDOPTS", None)
         env.pop("PYTEST_PLUGINS", None)
-        env["GPUCOMPAT_RUNNER"] = "bench"
         base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
         variants = {
             "plain": (plain, [*base, "-p", "no:gpucompat"]),
@@ -438,7 +447,7 @@ def bench_suites(timeout: int) -> dict[str, Any]:
         _log(f"suites: {' '.join(argv[1:])} (on {what})")
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(argv, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": f"suites ran past {timeout} s"}
         wall = time.perf_counter() - t0

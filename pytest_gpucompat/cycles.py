@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .engines import create
@@ -33,9 +33,16 @@ def _device_index(spec: EngineSpec) -> int | None:
 
 
 def create_destroy_cycles(
-    spec: EngineSpec, cycles: int, prompts: Sequence[Sequence[int]], max_tokens: int
+    spec: EngineSpec,
+    cycles: int,
+    prompts: Sequence[Sequence[int]],
+    max_tokens: int,
+    on_cycle: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Samples before the first engine (cycle 0) and after each destroy (cycles 1..N), as plain dicts."""
+    """Samples before the first engine (cycle 0) and after each destroy (cycles 1..N), as plain dicts.
+
+    ``on_cycle`` runs after each destroy, before sampling: the detection benchmark plants leaks through it.
+    """
     device = _device_index(spec)
     samples: list[MemorySample] = [settle(device, cycle=0)]
     timings = []
@@ -47,6 +54,8 @@ def create_destroy_cycles(
         engine.shutdown()
         del engine
         timings.append(time.perf_counter() - t0)
+        if on_cycle is not None:
+            on_cycle(cycle)
         samples.append(settle(device, cycle=cycle))
     return [dict(dataclasses.asdict(s), cycle_s=t) for s, t in zip(samples, [0.0, *timings])]
 

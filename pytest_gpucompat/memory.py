@@ -23,11 +23,12 @@ METRICS = ("host_rss_mib", "torch_allocated_mib", "torch_reserved_mib", "nvml_pr
 
 DEFAULT_THRESHOLD_MIB_PER_CYCLE: dict[str, float] = {
     # Growth per cycle below these is noise (allocator rounding, Python caches, driver bookkeeping).
-    "host_rss_mib": 16.0,
-    "torch_allocated_mib": 1.0,
-    "torch_reserved_mib": 4.0,
-    "nvml_process_mib": 8.0,
-    "nvml_device_used_mib": 8.0,
+    # Measured on clean create/destroy cycles: host RSS creeps by ~0.03 MiB/cycle, the allocator not at all.
+    "host_rss_mib": 0.25,
+    "torch_allocated_mib": 0.25,
+    "torch_reserved_mib": 0.5,
+    "nvml_process_mib": 0.5,
+    "nvml_device_used_mib": 0.5,
 }
 
 
@@ -247,12 +248,15 @@ def leak_verdict(
     ys = [y for _, y in usable]
     slope = _slope(xs, ys)
     deltas = [b - a for a, b in zip(ys, ys[1:])]
-    positive = sum(1 for d in deltas if d > 0.0)
+    # Allocators grow in pages and segments (NVML in 2 MiB steps), so a steady leak can look like a staircase:
+    # count the cycles that did not shrink, and require the growth to be spread over cycles, not one jump.
+    positive = sum(1 for d in deltas if d >= -threshold)
     fraction = positive / len(deltas)
     growth = ys[-1] - ys[0]
-    leaked = slope > threshold and fraction >= min_positive_fraction
+    spread = growth > 0 and max(deltas) <= 0.5 * growth
+    leaked = slope > threshold and fraction >= min_positive_fraction and spread
     detail = (f"{metric}: slope {slope:+.2f} MiB/cycle over {len(ys)} cycles (threshold {threshold:g}), "
-              f"{positive}/{len(deltas)} cycles grew, {growth:+.1f} MiB in total")
+              f"{positive}/{len(deltas)} cycles did not shrink, {growth:+.1f} MiB in total")
     if leaked:
         message = "leak: " + detail
     elif slope > threshold:

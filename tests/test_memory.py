@@ -70,7 +70,13 @@ def test_too_few_samples_and_missing_values() -> None:
     assert not v.leaked and v.slope_mib_per_cycle is None and "need 3" in v.message
     v = leak_verdict(series([10, None, 30, None, 50, 60], metric="host_rss_mib"), metric="host_rss_mib", warmup=0)
     assert v.cycles == 4 and v.slope_mib_per_cycle == pytest.approx(10.0)
-    assert not v.leaked  # 10 MiB/cycle is under host RSS noise (16)
+    assert v.leaked  # 10 MiB/cycle, growth spread over the cycles
+
+def test_staircase_growth_is_a_leak_but_one_jump_is_not() -> None:
+    # NVML grows in 2 MiB steps: 1 MiB/cycle shows as +2 every other cycle
+    assert leak_verdict(series([100, 102, 102, 104, 104, 106, 106, 108]), warmup=0).leaked
+    assert not leak_verdict(series([100, 100, 100, 100, 140, 140, 140, 140]), warmup=0).leaked
+    assert not leak_verdict(series([100.0, 100.03, 100.06, 100.08, 100.1, 100.12]), warmup=0).leaked
     with pytest.raises(ValueError, match="unknown memory metric"):
         leak_verdict(series([1, 2, 3, 4]), metric="vram")
 

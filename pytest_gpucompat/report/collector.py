@@ -7,6 +7,7 @@ end, also on Ctrl-C, so nothing that ran is lost.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -15,6 +16,9 @@ import pytest
 from ..state import NOT_COVERED, RunState
 
 _CHECKPOINT_S = 5.0
+# A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
+# quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run.
+_CHECKPOINT_SHARE = 0.05
 _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 
 
@@ -27,6 +31,7 @@ class ReportCollector:
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._last_write = time.monotonic()
+        self._write_s = 0.0  # how long the last write took
         self.diff_text: str | None = None
 
     # ------------------------------------------------------------------ collecting
@@ -52,7 +57,7 @@ class ReportCollector:
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
         if crashed:
             cell["outcome"], cell["reason"] = "failed", _first_line(report.longreprtext)
-        if self.path and time.monotonic() - self._last_write > _CHECKPOINT_S:
+        if self.path and time.monotonic() - self._last_write > max(_CHECKPOINT_S, self._write_s / _CHECKPOINT_SHARE):
             self.write(partial=True)
 
     def _new_cell(self, report: pytest.TestReport, payload: dict[str, Any]) -> dict[str, Any]:
@@ -108,12 +113,21 @@ class ReportCollector:
         return Report.from_run(fp, cells, interrupted=self.interrupted or partial, exitstatus=exitstatus)
 
     def write(self, exitstatus: int | None = None, partial: bool = False) -> None:
-        from .model import write_report_atomic
+        """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
+        faster to encode, and the final write replaces it with the indented file."""
+        from .model import write_report_atomic, write_text_atomic
 
         if not self.path:
             return
-        write_report_atomic(self.build(exitstatus, partial), self.path)
+        start = time.monotonic()
+        report = self.build(exitstatus, partial)
+        if partial:
+            text = json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n"
+            write_text_atomic(self.path, text)
+        else:
+            write_report_atomic(report, self.path)
         self._last_write = time.monotonic()
+        self._write_s = self._last_write - start
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
