@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -93,17 +94,19 @@ def _time_process(argv: Sequence[str], runs: int, cwd: str | None = None, env: d
     }
 
 
-def _probe(argv: Sequence[str]) -> str | None:
-    """None when the command runs (exit status 0 within 120 s), else why not, in one line."""
+def _probe(argv: Sequence[str]) -> tuple[str | None, int | None]:
+    """(None, exit status) when the command runs to its end within 120 s, else (why not, None).
+
+    A non-zero status counts as a run: ``env-doctor check`` exits 1 when it finds a problem (no driver here).
+    """
     try:
-        proc = subprocess.run(list(argv), env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+        proc = subprocess.run(list(argv), env=_child_env(), capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{' '.join(argv)}: {exc}"
-    if proc.returncode != 0:
+        return f"{' '.join(argv)}: {exc}", None
+    if proc.returncode != 0 and not proc.stdout.strip():
         tail = (proc.stderr.strip().splitlines() or [""])[-1]
-        return f"{' '.join(argv)} exited {proc.returncode}: {tail}"
-    return None
+        return f"{' '.join(argv)} exited {proc.returncode} without output: {tail}", None
+    return None, proc.returncode
 
 
 def _log(msg: str) -> None:
@@ -111,6 +114,21 @@ def _log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- 1. fingerprint vs collect-env
+
+
+def _command_version(key: str) -> str | None:
+    if key == "collect_env":
+        return _version("torch")
+    dist, command = {"vllm_collect_env": ("vllm", "vllm"), "env_doctor": ("env-doctor", "env-doctor")}[key]
+    found = _version(dist)
+    if found is None:  # installed in another environment: ask its own interpreter
+        path = _bin(command)
+        python = Path(path).parent / "python" if path else None
+        if python is not None and python.exists():
+            proc = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                                  capture_output=True, text=True)
+            found = proc.stdout.strip() or None
+    return found
 
 
 def bench_fingerprint(runs: int) -> dict[str, Any]:
@@ -138,8 +156,9 @@ def bench_fingerprint(runs: int) -> dict[str, Any]:
 
     for key, label, argv, reason in others:
         ratio_key = "fingerprint_vs_" + key
+        status = None
         if argv is not None and reason is None:
-            reason = _probe(argv)
+            reason, status = _probe(argv)
         if argv is None or reason is not None:
             _log(f"fingerprint: {label}: skipped: {reason}")
             out[key] = {"median_s": None, "reason": reason}
@@ -148,7 +167,7 @@ def bench_fingerprint(runs: int) -> dict[str, Any]:
             continue
         _log(f"fingerprint: {label} x{runs}")
         timing = _time_process(argv, runs)
-        out[key] = {"argv": [label], **timing}
+        out[key] = {"argv": [label], "version": _command_version(key), **timing, "returncode": status}
         out[ratio_key] = timing["median_s"] / ours["median_s"]
     return out
 
@@ -245,8 +264,12 @@ def _clear_caches(rules_mod: Any) -> None:
         rules_mod._facts.cache_clear()
 
 
-def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int) -> dict[str, Any]:
-    """``fingerprints`` fingerprints x (cells / fingerprints) engine+params sets, fingerprint-major order."""
+def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int) -> dict[str, Any]:
+    """``fingerprints`` fingerprints x (cells / fingerprints) engine+params sets, fingerprint-major order.
+
+    Each repeat clears every matching cache, times one pass over all cells (cold: the caches are built inside the
+    timing) and a second pass (warm: what a long session, or a second question about the same fleet, sees).
+    """
     from pytest_gpucompat import rules as rules_mod
     from pytest_gpucompat.rules import load_kb, matching_rules
 
@@ -260,7 +283,6 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int) -> dict[str
          f"rules, {repeats} repeats")
 
     def one_pass() -> tuple[float, int]:
-        _clear_caches(rules_mod)  # every pass starts cold: whatever matching caches is rebuilt inside the timing
         matched = 0
         t0 = time.perf_counter()
         for fp in fps:
@@ -268,21 +290,25 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int) -> dict[str
                 matched += len(matching_rules(kb, fp, engine, params))
         return time.perf_counter() - t0, matched
 
-    times = []
+    cold: list[float] = []
+    warm: list[float] = []
     matched = 0
     for _ in range(repeats):
+        _clear_caches(rules_mod)
         elapsed, matched = one_pass()
-        times.append(elapsed)
-    best = min(times)
-    median = statistics.median(times)
-    cells_per_s = total / median
-    return {
+        cold.append(elapsed)
+        elapsed, _ = one_pass()
+        warm.append(elapsed)
+    cells_per_s = total / statistics.median(cold)
+    result: dict[str, Any] = {
         "kb_cells_per_s": cells_per_s,
-        "kb_cells_per_s_best": total / best,
+        "kb_cells_per_s_warm": total / statistics.median(warm),
         "rule_checks_per_s": cells_per_s * len(kb.rules),
         "kb": {
             "cell_definition": "one (fingerprint, engine, params) combination evaluated against ALL rules of the "
-                               "knowledge base via matching_rules(kb, fp, engine, params)",
+                               "knowledge base via matching_rules(kb, fp, engine, params); kb_cells_per_s is the "
+                               "median cold pass (every matching cache cleared first), kb_cells_per_s_warm a "
+                               "second pass over the same cells",
             "cells": total,
             "fingerprints": len(fps),
             "engine_params_sets": len(param_sets),
@@ -290,12 +316,39 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int) -> dict[str
             "rule_files": len(kb.files),
             "seed": seed,
             "repeats": repeats,
-            "runs_s": [round(t, 4) for t in times],
-            "median_s": median,
+            "cold_runs_s": [round(t, 4) for t in cold],
+            "warm_runs_s": [round(t, 4) for t in warm],
             "matched_rules_total": matched,
             "matched_rules_per_cell": matched / total,
         },
     }
+    if verify:
+        result["kb"]["verified"] = verify_kb(kb, fps, param_sets, verify, seed)
+    return result
+
+
+def verify_kb(kb: Any, fps: Sequence[Any], param_sets: Sequence[tuple[str | None, dict[str, Any]]], n: int,
+              seed: int) -> dict[str, Any]:
+    """``matching_rules`` against the one-rule-at-a-time reference ``rule_matches`` on ``n`` sampled cells."""
+    from pytest_gpucompat.rules import Facts, matching_rules, rule_matches
+
+    rng = random.Random(seed + 1)
+    mismatches: list[dict[str, Any]] = []
+    count = 0
+    for _ in range(n):
+        fp = rng.choice(fps)
+        engine, params = rng.choice(param_sets)
+        merged = {**fp.params, **params}
+        want = [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged)]
+        got = [r.id for r in matching_rules(kb, fp, engine, params)]
+        if want != got:
+            count += 1
+        if want != got and len(mismatches) < 5:
+            mismatches.append({"fingerprint": fp.name, "engine": engine, "params": params, "expected": want,
+                               "got": got})
+    if mismatches:
+        _log(f"kb: MISMATCH between matching_rules and rule_matches: {mismatches[0]}")
+    return {"cells": n, "mismatches": count, "examples": mismatches}
 
 
 # --------------------------------------------------------------------------- 3. plugin overhead
@@ -364,10 +417,15 @@ def bench_overhead(a: int, b: int, runs: int, keep: bool = False) -> dict[str, A
                 timings[name]["runs_s"].append(t["runs_s"][0])
         for t in timings.values():
             t["median_s"] = statistics.median(t["runs_s"])
+            t["min_s"] = min(t["runs_s"])
         plain_s = timings["plain"]["median_s"]
+        plain_min = timings["plain"]["min_s"]
         return {
             "plugin_overhead_ratio": timings["plugin_report"]["median_s"] / plain_s,
             "plugin_overhead_ratio_no_report": timings["plugin_no_report"]["median_s"] / plain_s,
+            # ratios of the fastest runs: less sensitive to other load on the machine
+            "plugin_overhead_ratio_best": timings["plugin_report"]["min_s"] / plain_min,
+            "plugin_overhead_ratio_no_report_best": timings["plugin_no_report"]["min_s"] / plain_min,
             "overhead": {
                 "cells": a * b,
                 "params": {"a": a, "b": b},
@@ -384,9 +442,35 @@ def bench_overhead(a: int, b: int, runs: int, keep: bool = False) -> dict[str, A
 
 # --------------------------------------------------------------------------- 4. suites vs engines (GPU)
 
-# per-cell metrics that are time spent inside the engine (seconds); start_s is counted once per engine spec
-ENGINE_TIME_METRICS = ("generate_s", "ttft_s")
-REPEAT_METRICS = {"repeat_request_s": 9}  # suites/test_smoke.py records the mean of REPEATS - 1 requests
+# Per-cell metrics that are time spent inside the engine, in seconds, with how many times each was spent; start_s
+# is counted once per engine spec. What the suites record (suites/*.py): smoke, ttft_s and generate_s once and
+# repeat_request_s as the mean of REPEATS - 1 requests; memory, cycle_s as the mean of `cycles` create-generate-destroy
+# cycles after one warm-up cycle; precision records no timing of its own, so its engines count their start only.
+
+
+def _smoke_repeats() -> int:
+    try:
+        sys.path.insert(0, str(ROOT))
+        from suites.test_smoke import REPEATS
+
+        return int(REPEATS)
+    except Exception:  # the suites changed: the value they had when this was written
+        return 10
+    finally:
+        sys.path.remove(str(ROOT))
+
+
+def engine_seconds(metrics: dict[str, Any], repeats: int) -> float:
+    """Seconds one cell spent generating in the engine (its start not included)."""
+
+    def get(name: str) -> float:
+        value = metrics.get(name)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+    total = get("ttft_s") + get("generate_s") + get("repeat_request_s") * (repeats - 1)
+    if metrics.get("cycle_s") is not None:
+        total += get("cycle_s") * (get("cycles") + 1)
+    return total
 
 
 def _gpu_present() -> tuple[bool, str]:
@@ -401,49 +485,50 @@ def _gpu_present() -> tuple[bool, str]:
     return True, fp.describe_gpus()
 
 
-def suite_engine_ratios(report: dict[str, Any], wall_s: float) -> dict[str, Any]:
+def suite_engine_ratios(report: dict[str, Any], wall_s: float, repeats: int = 10) -> dict[str, Any]:
     """Wall time of the run divided by the engine time per engine, from a report's cells.
 
     Engine time of an engine: the start time of each distinct engine spec (the first cell that started it; later
-    cells reuse the started engine from the session's pool and carry the same ``start_s``) plus, for every cell,
-    the generation metrics (``generate_s``, ``ttft_s``, ``repeat_request_s`` x its repeats).
+    cells reuse the started engine from the session's pool and carry the same ``start_s``, so a spec is known by
+    engine, parameters and that value) plus every cell's generation time (``engine_seconds``).
     """
     per_engine: dict[str, dict[str, Any]] = {}
-    seen_specs: set[tuple[str, str]] = set()
+    seen_specs: set[tuple[str, str, float]] = set()
     for cell in report.get("cells", []):
         engine = cell.get("engine") or "?"
         metrics = cell.get("metrics") or {}
-        slot = per_engine.setdefault(engine, {"start_s": 0.0, "generate_s": 0.0, "cells": 0, "specs": 0})
+        slot = per_engine.setdefault(engine, {"start_s": 0.0, "generate_s": 0.0, "cells": 0, "specs": 0,
+                                              "cells_s": 0.0, "outcomes": {}})
         slot["cells"] += 1
-        spec = (engine, json.dumps(cell.get("params") or {}, sort_keys=True, default=str))
+        slot["cells_s"] += float(cell.get("duration_s") or 0.0)
+        outcome = cell.get("outcome") or "?"
+        slot["outcomes"][outcome] = slot["outcomes"].get(outcome, 0) + 1
         start = metrics.get("start_s")
-        if start is not None and spec not in seen_specs:
-            seen_specs.add(spec)
-            slot["start_s"] += float(start)
-            slot["specs"] += 1
-        for name in ENGINE_TIME_METRICS:
-            if metrics.get(name) is not None:
-                slot["generate_s"] += float(metrics[name])
-        for name, times in REPEAT_METRICS.items():
-            if metrics.get(name) is not None:
-                slot["generate_s"] += float(metrics[name]) * times
-    out: dict[str, Any] = {}
-    for engine, slot in per_engine.items():
+        if isinstance(start, (int, float)):
+            spec = (engine, json.dumps(cell.get("params") or {}, sort_keys=True, default=str), float(start))
+            if spec not in seen_specs:
+                seen_specs.add(spec)
+                slot["start_s"] += float(start)
+                slot["specs"] += 1
+        slot["generate_s"] += engine_seconds(metrics, repeats)
+    for slot in per_engine.values():
         engine_s = slot["start_s"] + slot["generate_s"]
         slot["engine_s"] = engine_s
+        # the headline: the whole run's wall time over this engine's own time
         slot["ratio"] = wall_s / engine_s if engine_s > 0 else None
-        out[engine] = slot
-    return out
+        # this engine's cells only (setup + call + teardown durations) over its own time
+        slot["cells_ratio"] = slot["cells_s"] / engine_s if engine_s > 0 else None
+    return per_engine
 
 
-def bench_suites(timeout: int) -> dict[str, Any]:
+def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool = False) -> dict[str, Any]:
     ok, what = _gpu_present()
-    if not ok:
+    if not ok and not without_gpu:
         return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": what}
     with tempfile.TemporaryDirectory(prefix="gpucompat-bench-suites-") as tmp:
         report_path = Path(tmp) / "r.json"
         argv = [sys.executable, "-m", "pytest", "--gpucompat", str(ROOT / "suites"), "-p", "no:cacheprovider", "-q",
-                "--gpucompat-report", str(report_path)]
+                "--gpucompat-report", str(report_path), *extra_args]
         _log(f"suites: {' '.join(argv[1:])} (on {what})")
         t0 = time.perf_counter()
         try:
@@ -456,9 +541,11 @@ def bench_suites(timeout: int) -> dict[str, Any]:
             return {"suite_vs_engine_ratio": None,
                     "suite_vs_engine_ratio_reason": f"no report written (exit {proc.returncode}): {tail}"}
         report = json.loads(report_path.read_text())
-    per_engine = suite_engine_ratios(report, wall)
+    per_engine = suite_engine_ratios(report, wall, _smoke_repeats())
+    engine_total = sum(s["engine_s"] for s in per_engine.values())
     return {
         "suite_vs_engine_ratio": {e: s["ratio"] for e, s in per_engine.items()},
+        "suite_vs_engine_ratio_all": wall / engine_total if engine_total > 0 else None,
         "suites": {"gpus": what, "wall_s": wall, "exit_status": proc.returncode, "per_engine": per_engine,
                    "summary": (proc.stdout.strip().splitlines() or [""])[-1]},
     }
@@ -535,9 +622,13 @@ def table(result: dict[str, Any]) -> str:
     if "kb_cells_per_s" in result:
         kb = result["kb"]
         cps = result["kb_cells_per_s"]
-        rows.append(("kb_cells_per_s", _fmt(cps), _goal("kb_cells_per_s", cps)))
+        rows.append(("kb_cells_per_s (cold)", _fmt(cps), _goal("kb_cells_per_s", cps)))
+        rows.append(("kb_cells_per_s_warm", _fmt(result["kb_cells_per_s_warm"]), "same cells, caches filled"))
         rows.append(("rule_checks_per_s", _fmt(result["rule_checks_per_s"]),
                      f"{kb['cells']} cells x {kb['rules']} rules, {kb['fingerprints']} fingerprints"))
+        if "verified" in kb:
+            v = kb["verified"]
+            rows.append(("kb verified against rule_matches", f"{v['cells']} cells", f"{v['mismatches']} mismatches"))
     if "plugin_overhead_ratio" in result:
         ov = result["overhead"]
         rows.append(("plain parametrize (median)", _fmt(ov["plain"]["median_s"], " s"), f"{ov['cells']} cells"))
@@ -545,13 +636,21 @@ def table(result: dict[str, Any]) -> str:
         rows.append(("--gpucompat --gpucompat-report (median)", _fmt(ov["plugin_report"]["median_s"], " s"), ""))
         for key in ("plugin_overhead_ratio", "plugin_overhead_ratio_no_report"):
             rows.append((key, _fmt(result[key], "x"), _goal(key, result[key])))
+        for key in ("plugin_overhead_ratio_best", "plugin_overhead_ratio_no_report_best"):
+            rows.append((key, _fmt(result[key], "x"), "fastest run of each"))
     if "suite_vs_engine_ratio" in result:
         ratios = result["suite_vs_engine_ratio"]
         if ratios is None:
             rows.append(("suite_vs_engine_ratio", "n/a", result.get("suite_vs_engine_ratio_reason") or ""))
         else:
+            per_engine = result["suites"]["per_engine"]
             for engine, ratio in ratios.items():
-                rows.append((f"suite_vs_engine_ratio[{engine}]", _fmt(ratio, "x"), ""))
+                slot = per_engine[engine]
+                note = (f"{slot['specs']} engine starts {slot['start_s']:.1f} s + generation {slot['generate_s']:.1f} s"
+                        if ratio is not None else f"nothing ran: {slot['outcomes']}")
+                rows.append((f"suite_vs_engine_ratio[{engine}]", _fmt(ratio, "x"), note))
+            rows.append(("suite_vs_engine_ratio_all", _fmt(result.get("suite_vs_engine_ratio_all"), "x"),
+                         f"suites wall {result['suites']['wall_s']:.1f} s over all engines' time"))
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     m = result["machine"]
@@ -574,10 +673,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kb-cells", type=int, default=100_000, help="cells in the knowledge-base benchmark")
     parser.add_argument("--kb-fingerprints", type=int, default=500, help="distinct fingerprints among those cells")
     parser.add_argument("--kb-repeats", type=int, default=3, help="timed passes over the cells (median)")
+    parser.add_argument("--kb-verify", type=int, default=2000, metavar="N",
+                        help="check N sampled cells against the one-rule-at-a-time reference (0: skip)")
     parser.add_argument("--seed", type=int, default=20240611, help="seed of the generated cells")
     parser.add_argument("--overhead-shape", default="100x100", metavar="AxB",
                         help="values of the two parameters of the overhead suite (default 100x100 = 10,000 cells)")
     parser.add_argument("--suites-timeout", type=int, default=3600, help="seconds the GPU suites may take")
+    parser.add_argument("--suites-args", default="", metavar="ARGS",
+                        help="extra pytest arguments for the GPU suites, e.g. '-n auto --gpucompat-model PATH'")
+    parser.add_argument("--suites-without-gpu", action="store_true",
+                        help="run the suites benchmark without a GPU too (the transformers engine on the CPU)")
     parser.add_argument("--keep", action="store_true", help="keep the overhead suite's temporary directory")
     args = parser.parse_args(argv)
     only = set(args.only or ("fingerprint", "kb", "overhead", "suites"))
@@ -591,9 +696,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("fingerprint", lambda: bench_fingerprint(args.runs)),
-        ("kb", lambda: bench_kb(args.kb_cells, args.kb_fingerprints, args.seed, args.kb_repeats)),
+        ("kb", lambda: bench_kb(args.kb_cells, args.kb_fingerprints, args.seed, args.kb_repeats, args.kb_verify)),
         ("overhead", lambda: bench_overhead(int(a), int(b), args.runs, args.keep)),
-        ("suites", lambda: bench_suites(args.suites_timeout)),
+        ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu)),
     ]
     for name, step in steps:
         if name not in only:

@@ -31,13 +31,26 @@ class CellState:
     log_tail: str | None = None
     engine_failed: bool = False
 
+    # the parts of the payload that only change with the findings, built once and shared by the reports of the
+    # setup, call and teardown phases: pytest keeps every report to the end of the run, and thousands of copies
+    # of the same lists make each garbage collection slower
+    _fixed: tuple[tuple[Finding, ...], dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
     def payload(self, runner: str | None) -> dict[str, Any]:
         """What travels on the test report (xdist serializes user_properties) to the report writer."""
+        fixed = self._fixed
+        if fixed is None or fixed[0] is not self.findings:
+            findings = self.findings
+            fixed = self._fixed = (findings, {
+                **self.cell.to_dict(),
+                "rules": [f.id for f in findings],
+                "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
+                              "summary": f.summary, "action": f.action, "failure": f.failure} for f in findings],
+            })
         return {
-            **self.cell.to_dict(),
-            "rules": [f.id for f in self.findings],
-            "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
-                          "summary": f.summary, "action": f.action, "failure": f.failure} for f in self.findings],
+            **fixed[1],
             "metrics": dict(self.metrics),
             "info": dict(self.info),
             "log_tail": self.log_tail,

@@ -116,6 +116,8 @@ class VLLMEngine:
         self._embed_mode = wants_embeddings(spec.params) or kwargs.get("runner") == "pooling"
         if self._embed_mode:
             kwargs.setdefault("runner", "pooling")
+            if "skip_tokenizer_init" not in spec.params:  # 0.26 pooling: "Tokenizer not available when ..."
+                kwargs["skip_tokenizer_init"] = False
             if "pooler_config" not in kwargs:
                 kwargs["pooler_config"] = _mean_pooler(vllm)
 

@@ -7,6 +7,7 @@ end, also on Ctrl-C, so nothing that ran is lost.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from typing import Any
@@ -19,6 +20,7 @@ _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
 # quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run.
 _CHECKPOINT_SHARE = 0.05
+_WRITE_S_PER_CELL = 50e-6  # what a checkpoint costs per cell until one has been timed
 _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 
 
@@ -31,7 +33,7 @@ class ReportCollector:
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._last_write = time.monotonic()
-        self._write_s = 0.0  # how long the last write took
+        self._write_s_per_cell = _WRITE_S_PER_CELL  # measured by each write
         self.diff_text: str | None = None
 
     # ------------------------------------------------------------------ collecting
@@ -57,8 +59,16 @@ class ReportCollector:
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
         if crashed:
             cell["outcome"], cell["reason"] = "failed", _first_line(report.longreprtext)
-        if self.path and time.monotonic() - self._last_write > max(_CHECKPOINT_S, self._write_s / _CHECKPOINT_SHARE):
+        if self.path and self._checkpoint_due():
             self.write(partial=True)
+
+    def _checkpoint_due(self) -> bool:
+        """Every _CHECKPOINT_S, or less often when writing the report would take more than _CHECKPOINT_SHARE of the
+        time since the last write."""
+        waited = time.monotonic() - self._last_write
+        if waited <= _CHECKPOINT_S:
+            return False
+        return waited * _CHECKPOINT_SHARE > self._write_s_per_cell * len(self.cells)
 
     def _new_cell(self, report: pytest.TestReport, payload: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -120,14 +130,22 @@ class ReportCollector:
         if not self.path:
             return
         start = time.monotonic()
-        report = self.build(exitstatus, partial)
-        if partial:
-            text = json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n"
-            write_text_atomic(self.path, text)
-        else:
-            write_report_atomic(report, self.path)
+        # Building and encoding allocate a few objects per cell and free none of them until the end; the garbage
+        # collector would otherwise walk the whole session's heap (every test report pytest keeps) many times.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            report = self.build(exitstatus, partial)
+            if partial:
+                write_text_atomic(self.path, json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n")
+            else:
+                write_report_atomic(report, self.path)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         self._last_write = time.monotonic()
-        self._write_s = self._last_write - start
+        if partial:
+            self._write_s_per_cell = (self._last_write - start) / max(1, len(self.cells))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
