@@ -32,8 +32,8 @@ class CellState:
     engine_failed: bool = False
 
     # the parts of the payload that only change with the findings, built once and shared by the reports of the
-    # setup, call and teardown phases: pytest keeps every report to the end of the run, and thousands of copies
-    # of the same lists make each garbage collection slower
+    # setup, call and teardown phases: pytest keeps every report to the end of the run, and every object they hold
+    # is walked again by each full garbage collection
     _fixed: tuple[tuple[Finding, ...], dict[str, Any]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -92,7 +92,7 @@ class RunState:
         state.findings = verdict[0]
         hook = config.hook.pytest_gpucompat_decide
         decision = None
-        if hook.get_hookimpls():  # no conftest implements the hook: the default policy decides
+        if hook.get_hookimpls():  # only when a conftest implements the hook; else the default policy decides
             decision = hook(config=config, cell=cell, findings=state.findings, fingerprint=self.fingerprint)
         state.decision = decision or verdict[1]
         return state
