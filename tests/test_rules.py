@@ -206,3 +206,35 @@ def test_a_claim_that_matches_flags_a_v100_but_not_an_h200():
     v100 = GPU(index=0, name="Tesla V100", compute_capability="7.0")
     assert ids(kb, Fingerprint(gpus=(v100,)), params={"dtype": "bfloat16"}) == ["bf16"]
     assert ids(kb, Fingerprint(gpus=(H200,)), params={"dtype": "bfloat16"}) == []
+
+
+def test_indexed_matching_agrees_with_the_rule_by_rule_reference():
+    """matching_rules uses a precomputed index; it must give exactly what checking each rule gives."""
+    import random
+
+    from pytest_gpucompat.rules import Facts, rule_matches
+
+    kb = load_kb()
+    rng = random.Random(7)
+    gpus = [A100, H200, GPU(index=0, name="Tesla V100-SXM2-32GB", compute_capability="7.0", memory_mib=32768),
+            GPU(index=0, name="NVIDIA L4", compute_capability="8.9", memory_mib=23034)]
+    params_pool = {"kv_cache_dtype": ["auto", "fp8", "fp8_e4m3", None], "dtype": ["bfloat16", "float16", "auto"],
+                   "tensor_parallel_size": [1, 2, 4, "2"], "block_size": [16, 32, 16.0], "enforce_eager": [True, False]}
+    for _ in range(400):
+        fp = Fingerprint(
+            gpus=tuple(rng.sample(gpus, rng.randint(0, 2))),
+            driver=rng.choice([None, "470.82.01", "535.104.05", "550.54.15", "580.159.04"]),
+            cuda_driver=rng.choice([None, "11.8", "12.2", "13.0"]),
+            cuda_runtime=rng.choice([None, "11.8", "12.1", "12.4", "13.0"]),
+            interconnect=rng.choice([None, "pcie", "nvlink"]),
+            packages={k: v for k, v in [
+                ("vllm", rng.choice(["0.3.2", "0.6.6", "0.26.0", "0.27.1"])),
+                ("sglang", rng.choice(["0.4.0", "0.5.16"])),
+                ("tensorrt-llm", rng.choice(["0.9.0", "0.13.0", "1.2.1"])),
+            ] if rng.random() < 0.6},
+        )
+        params = {k: rng.choice(v) for k, v in params_pool.items() if rng.random() < 0.5}
+        params = {k: v for k, v in params.items() if v is not None}
+        engine = rng.choice([None, "vllm", "sglang", "tensorrt-llm", "hf"])
+        expected = [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, {**fp.params, **params})]
+        assert ids(kb, fp, engine, params) == expected
