@@ -13,7 +13,7 @@ import pytest
 from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, RunInfo
 from .fingerprint import Fingerprint
 from .matrix import Cell
-from .state import CellState, cell_key
+from .state import CellState, cell_key, plain
 
 if TYPE_CHECKING:
     from .engines.base import Engine
@@ -151,7 +151,7 @@ def start_engine(
         tail = f"\n--- {spec.engine} log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
         pytest.fail(f"{spec.engine} failed: {exc.message}{tail}", pytrace=False)
     if cs is not None and record:
-        cs.info.update({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")})
+        cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
     return StartedEngine(engine=engine, info=info, spec=spec)

@@ -44,7 +44,7 @@ class CellState:
         if fixed is None or fixed[0] is not self.findings:
             findings = self.findings
             fixed = self._fixed = (findings, {
-                **self.cell.to_dict(),
+                **plain(self.cell.to_dict()),
                 "rules": [f.id for f in findings],
                 "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
                               "summary": f.summary, "action": f.action, "failure": f.failure} for f in findings],
@@ -59,6 +59,21 @@ class CellState:
             "runner": runner,
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
+
+
+def plain(value: Any) -> Any:
+    """Only JSON types: pytest-xdist's channel refuses anything else (torch's TorchVersion, a Path, a dtype)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
 
 
 cell_key = pytest.StashKey[CellState]()

@@ -242,3 +242,23 @@ def test_xdist_crashed_worker_cell_is_failed_not_missing(pytester):
     outcomes = {c["nodeid"].split("[")[1]: c["outcome"] for c in report["cells"]}
     assert outcomes == {"hf-n=1]": "passed", "hf-n=2]": "failed"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_xdist_carries_a_real_engine_cell_to_the_report(pytester):
+    """What an engine reports about itself (torch's own version type included) must cross xdist's channel."""
+    pytest.importorskip("xdist")
+    pytest.importorskip("transformers")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+        def test_generate(gpucompat_cell, gpucompat_engine, gpucompat_record):
+            out = gpucompat_engine.engine.generate([[5, 6, 7]], 4, 2)
+            gpucompat_record("tokens", len(out[0].token_ids))
+            assert len(out[0].token_ids) == 4
+    """)
+    result = pytester.runpytest("--gpucompat", "-n", "1", "--gpucompat-report", "r.json")
+    result.assert_outcomes(passed=1)
+    (cell,) = json.loads((pytester.path / "r.json").read_text())["cells"]
+    assert cell["metrics"]["tokens"] == 4.0 and cell["metrics"]["start_s"] > 0
+    assert cell["engine_info"]["extra"]["torch"].startswith("2.")
