@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _procs import wait_dead
 
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.isolation import IsolatedEngine
@@ -247,23 +248,6 @@ def _launch_params(script: Path, **args: str) -> dict:
             "startup_timeout_s": 30}
 
 
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
-def _wait_dead(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _dead(pid):
-            return True
-        time.sleep(0.05)
-    return _dead(pid)
-
-
 def test_launched_server_lifecycle(server_script: Path, model_dir: Path, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     params = _launch_params(server_script, ready_after="1", grandchild="1")
@@ -280,7 +264,7 @@ def test_launched_server_lifecycle(server_script: Path, model_dir: Path, tmp_pat
         grandchild = int(text.split("fake server grandchild ")[1].split()[0])
     finally:
         engine.shutdown()
-    assert _wait_dead(server_pid) and _wait_dead(grandchild)
+    assert wait_dead(server_pid) and wait_dead(grandchild)
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # port freed
 
@@ -312,7 +296,7 @@ def test_server_never_ready_is_killed(server_script: Path, model_dir: Path) -> N
     with pytest.raises(EngineFailed, match="^server not ready after 1.5 s") as failure:
         engine.start(EngineSpec("openai", str(model_dir), params))
     pid = int(failure.value.log_tail.split("fake server pid ")[1].split()[0])
-    assert _wait_dead(pid)
+    assert wait_dead(pid)
 
 
 def test_isolated_child_kill_takes_the_server_group_along(server_script: Path, model_dir: Path,
@@ -325,7 +309,7 @@ def test_isolated_child_kill_takes_the_server_group_along(server_script: Path, m
         engine.start(EngineSpec("openai", str(model_dir), params))
     server_log = Path(str(log) + ".command-server.log")
     pid = int(server_log.read_text().split("fake server pid ")[1].split()[0])
-    assert _wait_dead(pid)
+    assert wait_dead(pid)
 
 
 def test_missing_server_package_is_unavailable(model_dir: Path) -> None:

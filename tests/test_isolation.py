@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import dead
 
 from pytest_gpucompat.engines import Unsupported
 from pytest_gpucompat.engines import isolation as iso
@@ -93,20 +94,12 @@ def spec(mode: str = "", **params: Any) -> EngineSpec:
     return EngineSpec(engine=FAKE, model="unused", params={"mode": mode, **params})
 
 
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def _group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return True
-    return all(_dead(int(p)) for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == pgid)
+    return all(dead(int(p)) for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == pgid)
 
 
 def _pgid(pid: int) -> int | None:
@@ -168,9 +161,9 @@ def test_hang_in_start_is_killed_with_its_process_group(tmp_path: Path) -> None:
     assert "fake engine starting in mode 'hang_start'" in failure.value.log_tail
     grandchild = int(failure.value.log_tail.split("grandchild pid ")[1].split()[0])
     deadline = time.monotonic() + 5
-    while not _dead(grandchild) and time.monotonic() < deadline:
+    while not dead(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _dead(grandchild), "the engine's own subprocess outlived the kill"
+    assert dead(grandchild), "the engine's own subprocess outlived the kill"
     assert _group_gone(engine.pid)
 
 
