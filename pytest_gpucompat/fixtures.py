@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, RunInfo
+from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .fingerprint import Fingerprint
 from .matrix import Cell
 from .state import CellState, cell_key, plain
@@ -135,26 +136,79 @@ def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any
     return EngineSpec(engine=cell.engine, model=str(model), params=params)
 
 
+def _add_engine_time(cs: CellState | None, seconds: float, part: str | None = None) -> None:
+    """Time spent inside engines (starts this cell triggered, its calls, whole engine lives in a child), recorded as
+    ``engine_s`` so the benchmark can tell the engines' time from the harness's own."""
+    if cs is None:
+        return
+    cs.metrics["engine_s"] = cs.metrics.get("engine_s", 0.0) + seconds
+    if part is not None:
+        cs.metrics[part] = cs.metrics.get(part, 0.0) + seconds
+
+
+class _Timed:
+    """An engine whose generate/embed time is added to the cell's engine time (the engine itself is shared)."""
+
+    def __init__(self, engine: Engine, cs: CellState | None, part: str | None = None,
+                 cache: dict[Any, Any] | None = None) -> None:
+        self._engine, self._cs, self._part, self._cache = engine, cs, part, cache
+        self.name = engine.name
+
+    def _timed(self, key: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._cache is not None and key in self._cache:
+            return self._cache[key]
+        t0 = time.perf_counter()
+        try:
+            result = fn(*args)
+        finally:
+            _add_engine_time(self._cs, time.perf_counter() - t0, self._part)
+        if self._cache is not None:
+            self._cache[key] = result
+        return result
+
+    def start(self, spec: EngineSpec) -> RunInfo:
+        return self._engine.start(spec)
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
+        key = ("generate", tuple(tuple(p) for p in prompts), max_tokens, top_n)
+        return list(self._timed(key, self._engine.generate, prompts, max_tokens, top_n))
+
+    def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
+        return list(self._timed(("embed", tuple(tuple(p) for p in prompts)), self._engine.embed, prompts))
+
+    def shutdown(self) -> None:
+        self._engine.shutdown()
+
+
 def start_engine(
-    request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec, record: bool = True
+    request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec, record: bool = True,
+    cache: dict[Any, Any] | None = None,
 ) -> StartedEngine:
-    """Start (or reuse) an engine; not installed -> skip with the reason, crash or hang -> failed cell with log."""
+    """Start (or reuse) an engine; not installed -> skip with the reason, crash or hang -> failed cell with log.
+
+    ``record=False`` (the reference) keeps the engine's info off the cell and counts its time as ``reference_s``;
+    ``cache`` remembers its answers: a deterministic reference asked the same prompts again answers from memory.
+    """
     cs = _cell_state(request)
+    part = None if record else "reference_s"
+    t0 = time.perf_counter()
     try:
         engine, info = pool.get(spec, isolated=spec.engine != "hf")
-    except EngineUnavailable as exc:
+    except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
         pytest.skip(f"{spec.engine} unavailable: {exc}")
     except EngineFailed as exc:
+        _add_engine_time(cs, time.perf_counter() - t0, part)
         if cs is not None:
             cs.log_tail = exc.log_tail or None
             cs.engine_failed = True
         tail = f"\n--- {spec.engine} log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
         pytest.fail(f"{spec.engine} failed: {exc.message}{tail}", pytrace=False)
+    _add_engine_time(cs, time.perf_counter() - t0, part)  # near 0 when the pool already had it started
     if cs is not None and record:
         cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
-    return StartedEngine(engine=engine, info=info, spec=spec)
+    return StartedEngine(engine=_Timed(engine, cs, part, cache), info=info, spec=spec)
 
 
 @pytest.fixture
@@ -169,26 +223,36 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     cs = _cell_state(request)
 
     def run(fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
         try:
-            return run_in_child(fn, *args, timeout_s=timeout)
-        except EngineUnavailable as exc:
+            result = run_in_child(fn, *args, timeout_s=timeout)
+        except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
             pytest.skip(f"unavailable: {exc}")
         except EngineFailed as exc:
+            _add_engine_time(cs, time.perf_counter() - t0)
             if cs is not None:
                 cs.log_tail, cs.engine_failed = exc.log_tail or None, True
             tail = f"\n--- child log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
             pytest.fail(f"{getattr(fn, '__name__', 'call')} failed: {exc.message}{tail}", pytrace=False)
+        _add_engine_time(cs, time.perf_counter() - t0)  # a whole engine life: process, start, calls, shutdown
+        return result
 
     return run
+
+
+_reference_answers = pytest.StashKey[dict[Any, Any]]()
 
 
 @pytest.fixture
 def gpucompat_reference(
     request: pytest.FixtureRequest, gpucompat_model: Path, gpucompat_pool: EnginePool
 ) -> StartedEngine:
-    """The float32 transformers reference on the same model (on the GPU when there is one)."""
+    """The float32 transformers reference on the same model (on the GPU when there is one); greedy and
+    deterministic, so each distinct question is asked once per session."""
     spec = EngineSpec(engine="hf", model=str(gpucompat_model), params={"dtype": "float32"})
-    return start_engine(request, gpucompat_pool, spec, record=False)
+    answers = request.config.stash.setdefault(_reference_answers, {})
+    cache = answers.setdefault(spec.key(), {})
+    return start_engine(request, gpucompat_pool, spec, record=False, cache=cache)
 
 
 @pytest.fixture

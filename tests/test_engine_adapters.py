@@ -19,6 +19,7 @@ from pytest_gpucompat.engines import (
     distribution,
     engine_params,
     engine_version,
+    missing_module,
     normalize_dtype,
 )
 from pytest_gpucompat.engines.base import EngineSpec, EngineUnavailable
@@ -97,3 +98,12 @@ def test_param_helpers() -> None:
     assert [normalize_dtype(d) for d in ("bf16", "torch.float16", "fp32", "half", "auto", "FP8")] == [
         "bfloat16", "float16", "float32", "float16", "auto", "fp8"
     ]
+
+
+def test_a_missing_engine_package_is_known_without_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
+    assert missing_module("sglang") == "sglang is not importable: ModuleNotFoundError: No module named 'sglang'"
+    assert missing_module("sglang", {"env": {"PYTHONPATH": "/opt/sglang"}}) is None  # the child may see it
+    assert missing_module("hf") is None and missing_module("openai") is None
+    assert missing_module("tests.fake:Engine") is None

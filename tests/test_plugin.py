@@ -262,3 +262,35 @@ def test_xdist_carries_a_real_engine_cell_to_the_report(pytester):
     (cell,) = json.loads((pytester.path / "r.json").read_text())["cells"]
     assert cell["metrics"]["tokens"] == 4.0 and cell["metrics"]["start_s"] > 0
     assert cell["engine_info"]["extra"]["torch"].startswith("2.")
+
+
+def test_cells_record_the_time_spent_inside_engines(pytester):
+    """engine_s: starts a cell triggered, its calls and the reference's, so the benchmark can tell engine time from
+    the harness's own; the deterministic reference answers a repeated question from memory."""
+    pytest.importorskip("transformers")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+        def test_a(gpucompat_cell, gpucompat_engine, gpucompat_reference):
+            ref = gpucompat_reference.engine.generate([[5, 6, 7]], 4, 2)
+            assert gpucompat_engine.engine.generate([[5, 6, 7]], 4, 2)[0].token_ids == ref[0].token_ids
+
+        @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+        def test_b(gpucompat_cell, gpucompat_engine, gpucompat_reference):
+            ref = gpucompat_reference.engine.generate([[5, 6, 7]], 4, 2)
+            again = gpucompat_reference.engine.generate([[5, 6, 7]], 4, 2)
+            assert again[0].token_ids == ref[0].token_ids
+            assert gpucompat_engine.engine.generate([[5, 6, 7]], 4, 2)[0].token_ids == ref[0].token_ids
+    """)
+    result = pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json")
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    cells = {c["nodeid"].split("::")[1].split("[")[0]: c for c in report["cells"]}
+    a, b = cells["test_a"]["metrics"], cells["test_b"]["metrics"]
+    # test_a started the engine (the reference is the same spec: hf float32) and asked both
+    assert 0 < a["start_s"] <= a["engine_s"] <= cells["test_a"]["duration_s"]
+    assert 0 < a["reference_s"] < a["engine_s"]
+    # test_b reused the started engine and got the reference's answers from memory
+    assert b.get("reference_s", 0.0) < 0.01
+    assert 0 < b["engine_s"] <= cells["test_b"]["duration_s"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "engine_params",
     "engine_version",
     "normalize_dtype",
+    "missing_module",
     "one_line",
     "wants_embeddings",
 ]
@@ -59,6 +61,9 @@ DISTRIBUTIONS: dict[str, str] = {
     "openai": "requests",
 }
 """The distribution whose version identifies each engine (what `importlib.metadata.version` is asked)."""
+
+_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "tensorrt_llm"}
+"""The top-level module each isolated engine imports first."""
 
 _ALIASES: dict[str, str] = {
     "transformers": "hf",
@@ -103,6 +108,24 @@ def engine_version(name: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def missing_module(name: str, params: Mapping[str, Any] | None = None) -> str | None:
+    """`"vllm is not importable: ModuleNotFoundError: ..."` when the engine's package cannot be found from here, else
+    None: a cell can be skipped without spawning a child that would only find out the same (about a second each).
+
+    Not decided here (None) when the spec sets its own environment, which may change what the child can import.
+    """
+    if ":" in name or (params and params.get("env")):
+        return None
+    module = _MODULES.get(canonical_name(name))
+    if module is None:
+        return None
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{module} is not importable: ModuleNotFoundError: No module named '{module}'"
 
 
 def _load(target: str) -> Callable[[], Any]:

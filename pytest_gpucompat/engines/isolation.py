@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import IN_PROCESS_ENGINES, Unsupported, canonical_name, create, one_line
+from . import IN_PROCESS_ENGINES, Unsupported, canonical_name, create, missing_module, one_line
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -539,6 +539,10 @@ class EnginePool:
         engine: Engine
         if self._isolated(spec, isolated):
             params = spec.params if isinstance(spec.params, Mapping) else {}
+            missing = missing_module(spec.engine, params)
+            if missing is not None:
+                self._failures[key] = (EngineUnavailable, missing, "")
+                raise EngineUnavailable(missing)
             engine = IsolatedEngine(
                 spec.engine,
                 log_path=self.log_path(spec),
