@@ -11,12 +11,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .diff import diff_reports, format_diff, parse_threshold
-from .html import render_html
-from .junit import render_junit
-from .markdown import render_markdown, write_step_summary
-from .merge import merge_reports
-from .model import ReportError, load_report, write_report_atomic, write_text_atomic
+# The renderers are imported by the commands that use them: every `gpucompat` command builds this parser, and
+# `gpucompat env` should not pay for the report code.
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
@@ -40,6 +36,11 @@ def cmd_report(
     junit: str | os.PathLike[str] | None = None,
 ) -> int:
     """Render a report; with no output option the Markdown goes to stdout. Also fills $GITHUB_STEP_SUMMARY."""
+    from .html import render_html
+    from .junit import render_junit
+    from .markdown import render_markdown, write_step_summary
+    from .model import ReportError, load_report, write_text_atomic
+
     try:
         report = load_report(path)
     except ReportError as exc:
@@ -66,6 +67,10 @@ def cmd_merge(
     html: str | os.PathLike[str] | None = None,
 ) -> int:
     """Merge runner reports into one; runner names that repeat get `#2`, `#3`, ..."""
+    from .html import render_html
+    from .merge import merge_reports
+    from .model import ReportError, load_report, write_report_atomic, write_text_atomic
+
     if not paths:
         return _error("merge", "no reports given")
     try:
@@ -89,6 +94,9 @@ def cmd_diff(
     fail_on: Sequence[str] | None = None,
 ) -> int:
     """Compare current with baseline: exit 1 on a regression, 0 when none, 2 on bad input."""
+    from .diff import diff_reports, format_diff, parse_threshold
+    from .model import ReportError, load_report
+
     try:
         thresholds = [parse_threshold(expr) for expr in fail_on or ()]
     except ValueError as exc:

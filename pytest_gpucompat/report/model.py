@@ -32,6 +32,9 @@ ACTIONS: tuple[str, ...] = ("skip", "xfail-strict", "xfail", "annotate")
 RAN_OUTCOMES: frozenset[str] = frozenset({"passed", "failed", "xfailed", "xpassed", "error"})
 
 
+_CELLS_MARK = "\x00gpucompat-cells\x00"  # stands for the cells while the rest is indented; no string has it
+
+
 class ReportError(Exception):
     """A report file that cannot be used; the message is one line meant for the user, never a traceback."""
 
@@ -308,8 +311,17 @@ class Report:
         return data
 
     def to_json(self) -> str:
-        """Strict JSON (no NaN), UTF-8 friendly, stable key order, trailing newline."""
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        """Strict JSON (no NaN), UTF-8 friendly, stable key order, trailing newline; indented, one cell per line.
+
+        One line per cell reads and diffs cell by cell, and lets Python's C encoder do the bulk: with ``indent``
+        json.dumps falls back to its pure-Python encoder, five to seven times slower on a large report.
+        """
+        data = self.to_dict()
+        cells = [json.dumps(c, ensure_ascii=False, allow_nan=False) for c in data["cells"]]
+        data["cells"] = _CELLS_MARK
+        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+        body = "[\n    " + ",\n    ".join(cells) + "\n  ]" if cells else "[]"
+        return text.replace(json.dumps(_CELLS_MARK), body, 1) + "\n"
 
     @classmethod
     def from_dict(cls, data: Any) -> Report:
