@@ -494,7 +494,8 @@ def suite_engine_ratios(report: dict[str, Any]) -> dict[str, Any]:
     return per_engine
 
 
-def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool = False) -> dict[str, Any]:
+def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool = False,
+                 keep_report: str | None = None) -> dict[str, Any]:
     ok, what = _gpu_present()
     if not ok and not without_gpu:
         return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": what}
@@ -514,6 +515,8 @@ def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool
             return {"suite_vs_engine_ratio": None,
                     "suite_vs_engine_ratio_reason": f"no report written (exit {proc.returncode}): {tail}"}
         report = json.loads(report_path.read_text())
+        if keep_report:
+            shutil.copyfile(report_path, keep_report)
     per_engine = suite_engine_ratios(report)
     engine_total = sum(s["engine_s"] for s in per_engine.values())
     return {
@@ -666,6 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="extra pytest arguments for the GPU suites, e.g. '-n auto --gpucompat-model PATH'")
     parser.add_argument("--suites-without-gpu", action="store_true",
                         help="run the suites benchmark without a GPU too (the transformers engine on the CPU)")
+    parser.add_argument("--suites-report", metavar="FILE", help="keep the GPU suites' report JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the overhead suite's temporary directory")
     args = parser.parse_args(argv)
     only = set(args.only or ("fingerprint", "kb", "overhead", "suites"))
@@ -681,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("fingerprint", lambda: bench_fingerprint(args.runs)),
         ("kb", lambda: bench_kb(args.kb_cells, args.kb_fingerprints, args.seed, args.kb_repeats, args.kb_verify)),
         ("overhead", lambda: bench_overhead(int(a), int(b), args.runs, args.keep)),
-        ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu)),
+        ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
+                                         args.suites_report)),
     ]
     for name, step in steps:
         if name not in only:
