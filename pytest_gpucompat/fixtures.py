@@ -243,16 +243,20 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
 _reference_answers = pytest.StashKey[dict[Any, Any]]()
 
 
+def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Path, **params: Any) -> StartedEngine:
+    """The float32 transformers reference (``params`` such as ``pooling="last"`` to match what an engine does);
+    greedy and deterministic, so each distinct question is asked once per session."""
+    spec = EngineSpec(engine="hf", model=str(model), params={"dtype": "float32", **params})
+    answers = request.config.stash.setdefault(_reference_answers, {})
+    return start_engine(request, pool, spec, record=False, cache=answers.setdefault(spec.key(), {}))
+
+
 @pytest.fixture
 def gpucompat_reference(
     request: pytest.FixtureRequest, gpucompat_model: Path, gpucompat_pool: EnginePool
 ) -> StartedEngine:
-    """The float32 transformers reference on the same model (on the GPU when there is one); greedy and
-    deterministic, so each distinct question is asked once per session."""
-    spec = EngineSpec(engine="hf", model=str(gpucompat_model), params={"dtype": "float32"})
-    answers = request.config.stash.setdefault(_reference_answers, {})
-    cache = answers.setdefault(spec.key(), {})
-    return start_engine(request, gpucompat_pool, spec, record=False, cache=cache)
+    """The float32 transformers reference on the same model (on the GPU when there is one)."""
+    return reference_engine(request, gpucompat_pool, gpucompat_model)
 
 
 @pytest.fixture

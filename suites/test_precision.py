@@ -17,6 +17,7 @@ from pytest_gpucompat.compare import (
     verdict_drift,
     verdict_embeddings,
 )
+from pytest_gpucompat.fixtures import reference_engine
 from pytest_gpucompat.models import fixed_prompts, model_vocab_size
 
 PROMPTS = 8
@@ -67,15 +68,19 @@ def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpuc
 
 
 @pytest.mark.gpucompat(matrix="embedding")
-def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference, gpucompat_model,
-                                            gpucompat_record):
+def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_pool, gpucompat_model,
+                                            gpucompat_record, request):
     dtype = str(gpucompat_cell.params.get("dtype", "auto"))
     prompts = fixed_prompts(4, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=4)
     try:
         candidate = gpucompat_engine.engine.embed(prompts)
     except NotImplementedError as exc:
         pytest.skip(f"{gpucompat_cell.engine} does not embed with this model and these parameters: {exc}")
-    reference = gpucompat_reference.engine.embed(prompts)
+    # the reference pools the way the engine says it did (vLLM here: mean; SGLang: the last token)
+    pooling = str((gpucompat_engine.info.extra or {}).get("pooling") or "mean")
+    if pooling not in ("mean", "last"):
+        pytest.skip(f"{gpucompat_cell.engine} pools with {pooling!r}; the reference pools by mean or last token")
+    reference = reference_engine(request, gpucompat_pool, gpucompat_model, pooling=pooling).engine.embed(prompts)
     sims = [cosine_similarity(a, b) for a, b in zip(reference, candidate)]
     gpucompat_record("min_cosine", min(sims))
     ok, message = verdict_embeddings(sims, thresholds_for(dtype))
