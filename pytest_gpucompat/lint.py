@@ -17,9 +17,9 @@ from functools import lru_cache
 from .fingerprint import installed_packages
 from .rules import Rule
 
-# The commands whose --help lists each engine's launch flags.
+# The commands whose --help lists each engine's flags (its top-level command's too: `vllm --version`).
 HELP_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "vllm": (("vllm", "serve", "--help=all"),),
+    "vllm": (("vllm", "--help"), ("vllm", "serve", "--help=all")),
     "sglang": ((sys.executable, "-m", "sglang.launch_server", "--help"),),
     "tensorrt-llm": (("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
 }

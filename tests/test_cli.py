@@ -151,6 +151,22 @@ def test_rules_lint_without_engines_says_what_was_not_checked(capsys, tmp_path):
     assert "not checked: sglang is not installed" in out
 
 
+def test_lint_checks_only_the_engines_own_flags(tmp_path):
+    """A flag written with another tool's command ("nvidia-smi --query-gpu") is not held against the engine."""
+    from pytest_gpucompat.lint import lint_rules
+    from pytest_gpucompat.rules import load_kb
+
+    kb = tmp_path / "flags.yaml"
+    kb.write_text("rules:\n"
+                  "  - {id: own, summary: s, severity: advice, failure: none, confidence: documents, engine: vllm,\n"
+                  "     flags: ['--swap-space'], sources: [{kind: seed, ref: r}]}\n"
+                  "  - {id: other-tool, summary: s, severity: advice, failure: none, confidence: documents,\n"
+                  "     engine: vllm, flags: ['nvidia-smi --query-gpu'], sources: [{kind: seed, ref: r}]}\n")
+    rules = load_kb([kb], builtin=False).rules
+    results = lint_rules(rules, installed=[])
+    assert [(r.rule_id, r.reason) for r in results] == [("own", "vllm is not installed")]
+
+
 def test_console_script_runs_as_a_module():
     out = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("gpucompat ")
