@@ -217,12 +217,17 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
     Not installed -> skip with the reason; a crash or hang -> failed cell carrying the child's log tail.
     """
+    from .engines import missing_module
     from .engines.isolation import run_in_child
 
     timeout = float(request.config.getoption("gpucompat_timeout", 600.0) or 600.0)
     cs = _cell_state(request)
 
     def run(fn: Callable[..., Any], *args: Any) -> Any:
+        for spec in (a for a in args if isinstance(a, EngineSpec)):  # a child would only find out the same
+            missing = missing_module(spec.engine, spec.params)
+            if missing is not None:
+                pytest.skip(f"unavailable: {missing}")
         t0 = time.perf_counter()
         try:
             result = run_in_child(fn, *args, timeout_s=timeout)

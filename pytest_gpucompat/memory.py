@@ -92,8 +92,31 @@ def _torch_cuda() -> Any | None:
     return None
 
 
+def _parent_pid(pid: int) -> int | None:
+    """The parent of `pid` from /proc/PID/stat (field 4, after the parenthesised command name); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (Linux /proc; elsewhere only `pid == ancestor`)."""
+    for _ in range(max_depth):
+        if pid == ancestor:
+            return True
+        parent = _parent_pid(pid)
+        if parent is None or parent in (0, pid):
+            return False
+        pid = parent
+    return False
+
+
 def _nvml(device_index: int, pid: int) -> tuple[float | None, float | None]:
-    """(this process's MiB, whole device used MiB) from NVML; (None, None) without NVML or device."""
+    """(MiB of this process and its descendants, whole device used MiB) from NVML; (None, None) without NVML or
+    device. Descendants count because engines keep their GPU memory in worker processes (SGLang's scheduler,
+    vLLM's EngineCore): the engine's own process alone would not show their memory, nor a worker left alive."""
     try:
         import pynvml
     except ImportError:
@@ -117,7 +140,7 @@ def _nvml(device_index: int, pid: int) -> tuple[float | None, float | None]:
                 continue
             listed = listed or bool(procs)
             for proc in procs:
-                if int(proc.pid) == pid and proc.usedGpuMemory is not None:
+                if proc.usedGpuMemory is not None and descends_from(int(proc.pid), pid):
                     process = (process or 0.0) + float(proc.usedGpuMemory) / MIB
             if process is not None:
                 break
@@ -148,7 +171,8 @@ def nvml_index(device_index: int) -> int:
 
 def sample(device_index: int | None = None, cycle: int = 0, pid: int | None = None) -> MemorySample:
     """Measure now. `device_index` is the CUDA ordinal (None: host memory only); `pid` defaults to this process
-    (give an engine child's pid to read its NVML share; torch numbers are always this process's)."""
+    (give an engine child's pid to read its NVML share; torch numbers are always this process's). The NVML
+    process figure covers the process and its descendants."""
     own_pid = os.getpid()
     target_pid = own_pid if pid is None else pid
     rss = host_rss_mib() if target_pid == own_pid else _proc_rss_mib(target_pid)

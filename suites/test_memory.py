@@ -1,9 +1,9 @@
 """Memory leaks: repeated engine create -> generate -> destroy cycles, and repeated whole-process runs.
 
-Measured in child processes so each number belongs to one process: NVML per-process and device
-memory, the torch allocator and host RSS, sampled after settling (gc + empty_cache, re-query), and
-judged on the trend over cycles, not on one sample (PyTorch's CudaMemoryLeakCheck method). On a
-machine without a GPU the cycles measure host RSS.
+Measured in child processes so each number belongs to one process: NVML memory of that process and its
+descendants (engines keep their GPU memory in worker processes) and of the device, the torch allocator and
+host RSS, sampled after settling (gc + empty_cache, re-query), and judged on the trend over cycles, not on
+one sample (PyTorch's CudaMemoryLeakCheck method). On a machine without a GPU the cycles measure host RSS.
 """
 
 from __future__ import annotations

@@ -138,3 +138,20 @@ def test_nvml_failure_gives_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=boom))
     s = sample(0)
     assert s.nvml_process_mib is None and s.nvml_device_used_mib is None
+
+
+def test_nvml_process_memory_includes_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine's GPU memory often lives in its worker processes; a worker that outlives the engine is a leak."""
+    import subprocess
+
+    me = os.getpid()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert memory.descends_from(worker.pid, me) and not memory.descends_from(me, worker.pid)
+        procs = [_Proc(me, 300 * memory.MIB), _Proc(worker.pid, 14_000 * memory.MIB)]
+        monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(procs))
+        assert sample(0).nvml_process_mib == pytest.approx(14_300.0)
+        assert sample(0, pid=worker.pid).nvml_process_mib == pytest.approx(14_000.0)
+    finally:
+        worker.kill()
+        worker.wait()
