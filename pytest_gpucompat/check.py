@@ -8,7 +8,7 @@ from typing import Any
 
 from .fingerprint import Fingerprint
 from .rules import KnowledgeBase, matching_rules
-from .verdicts import Finding, findings_for
+from .verdicts import Finding, confirmed, findings_for, with_details
 
 _HEADINGS = {
     "broken": "BROKEN: known to crash, hang, refuse to start or give wrong output here",
@@ -17,43 +17,44 @@ _HEADINGS = {
 
 
 def evaluate(kb: KnowledgeBase, fp: Fingerprint) -> list[Finding]:
-    return findings_for(matching_rules(kb, fp))
+    rules = matching_rules(kb, fp)
+    return with_details(findings_for(rules), rules, fp, fp.params)
 
 
 def to_json(fp: Fingerprint, findings: Sequence[Finding]) -> dict[str, Any]:
-    return {"fingerprint": fp.to_dict(), "findings": [f.to_dict() for f in findings]}
+    return {"fingerprint": fp.to_dict(), "verdict": verdict(findings), "findings": [f.to_dict() for f in findings]}
 
 
 def exceeds(findings: Sequence[Finding], fail_on: str | None) -> bool:
-    """``--fail-on broken`` fails on broken findings; ``--fail-on degraded`` on broken or degraded."""
+    """``--fail-on broken`` fails on broken findings; ``--fail-on degraded`` on broken or degraded. Only upstream
+    and verified evidence counts: an unconfirmed claim never fails a gate."""
     if fail_on is None:
         return False
     levels = ("broken",) if fail_on == "broken" else ("broken", "degraded")
-    return any(f.severity in levels for f in findings)
+    return any(f.severity in levels for f in confirmed(findings))
+
+
+def verdict(findings: Sequence[Finding]) -> str:
+    """One line: the known problems, counting only evidence; "no known problems" when there is none."""
+    evidence = confirmed(findings)
+    counts = [(n, s) for s in ("broken", "degraded") if (n := sum(1 for f in evidence if f.severity == s))]
+    return ", ".join(f"{n} {s}" for n, s in counts) if counts else "no known problems"
 
 
 def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
     lines = [f"{fp.name or 'fingerprint'}: {fp.summary()}"]
     for reason in fp.reasons:
         lines.append(f"  note: {reason}")
-    if not findings:
-        lines.append("")
-        lines.append("No known problem matches this fingerprint.")
+    evidence = confirmed(findings)
     for severity in ("broken", "degraded"):
-        group = [f for f in findings if f.severity == severity]
+        group = [f for f in evidence if f.severity == severity]
         if not group:
             continue
         lines.append("")
         lines.append(f"{_HEADINGS[severity]} ({len(group)})")
         for f in group:
             lines.extend(_finding_lines(f))
-    advice = [f for f in findings if f.severity == "advice" and f.confidence != "documents"]
-    hearsay = [f for f in findings if f.severity == "advice" and f.confidence == "documents"]
-    if hearsay:
-        lines.append("")
-        lines.append(f"UNCONFIRMED ADVICE from the seed documents, kept for evidence, not recommended ({len(hearsay)})")
-        for f in hearsay:
-            lines.append(_wrap(f"- [{f.id}] {f.summary}", "    "))
+    advice = [f for f in evidence if f.severity == "advice"]
     if advice:
         lines.append("")
         lines.append(f"RECOMMENDATIONS for this hardware ({len(advice)})")
@@ -61,25 +62,36 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
             text = f.workaround or f.summary
             lines.append(_wrap(f"- {text}", "  "))
             lines.append(f"    [{f.id}, {f.confidence}]")
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("broken", "degraded", "advice")}
+    claims = [f for f in findings if f.unconfirmed]
+    if claims:
+        lines.append("")
+        lines.append(f"UNCONFIRMED CLAIMS ({len(claims)}): only the seed documents say so; kept as evidence to "
+                     "test, never counted as a problem")
+        for f in claims:
+            what = "" if f.severity == "advice" else f" would be {f.severity} ({f.failure}):"
+            lines.append(_wrap(f"- [{f.id}]{what} {f.summary}", "    "))
     lines.append("")
-    lines.append(f"{counts['broken']} broken, {counts['degraded']} degraded, {counts['advice']} advice")
+    lines.append(f"verdict: {verdict(findings)} ({_count(len(advice), 'recommendation')}, "
+                 f"{_count(len(claims), 'unconfirmed claim')})")
     return "\n".join(lines)
 
 
 def _finding_lines(f: Finding) -> list[str]:
     engine = f"{f.engine}: " if f.engine else ""
     out = [_wrap(f"- [{f.id}] {engine}{f.summary}", "    ")]
-    out.append(f"    how it fails: {f.failure}; confidence: {f.confidence}"
-               + ("" if f.confidence != "documents" else " (only the seed documents say so)"))
+    out.append(f"    how it fails: {f.failure}; confidence: {f.confidence}")
+    if f.detail:
+        out.append(_wrap(f"    here: {f.detail}", "      "))
     if f.symptom:
         out.append(_wrap(f"    symptom: {f.symptom}", "      "))
     if f.workaround:
         out.append(_wrap(f"    workaround: {f.workaround}", "      "))
-    if f.note and f.confidence == "documents":
-        out.append(_wrap(f"    note: {f.note}", "      "))
     out.append("    sources: " + "; ".join(ref for _, ref in f.sources))
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _wrap(text: str, indent: str) -> str:

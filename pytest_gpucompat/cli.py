@@ -39,12 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="known problems for this machine or a fingerprint file")
     check.add_argument("--env", metavar="FILE", help="fingerprint or fleet file (YAML or JSON) instead of this machine")
     check.add_argument("--kb", metavar="PATH", action="append", default=[], help="extra rule file or directory")
+    check.add_argument("--no-builtin-rules", action="store_true",
+                       help="use only the rule files given with --kb, not the shipped knowledge base")
     check.add_argument("--json", action="store_true")
-    check.add_argument("--fail-on", choices=("broken", "degraded"), help="exit 1 when such a finding exists")
+    check.add_argument("--fail-on", choices=("broken", "degraded"),
+                       help="exit 1 when such a finding backed by upstream or verified evidence exists "
+                            "(unconfirmed claims never fail it)")
     check.set_defaults(func=cmd_check)
 
     rules = sub.add_parser("rules", help="list the knowledge base")
     rules.add_argument("--kb", metavar="PATH", action="append", default=[])
+    rules.add_argument("--no-builtin-rules", action="store_true",
+                       help="use only the rule files given with --kb, not the shipped knowledge base")
     rules.add_argument("--engine", help="vllm, sglang, tensorrt-llm, or none")
     rules.add_argument("--severity", choices=("broken", "degraded", "advice"))
     rules.add_argument("--confidence", choices=("documents", "upstream", "verified"))
@@ -71,7 +77,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from . import check, fingerprint
     from .rules import load_kb
 
-    kb = load_kb(args.kb)
+    kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
     results = [(fp, check.evaluate(kb, fp)) for fp in fleet.values()]
     if args.json:
@@ -83,9 +89,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from .rules import filter_rules, load_kb
+    from .rules import ENGINES, filter_rules, load_kb
+    from .versions import normalize_package
 
-    kb = load_kb(args.kb)
+    known = (*ENGINES, "none")
+    if args.engine is not None and normalize_package(args.engine) not in known:
+        raise InputError("--engine", None, f"unknown engine {args.engine!r} (known: {', '.join(known)})")
+    kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     rules = filter_rules(kb.rules, engine=args.engine, severity=args.severity, confidence=args.confidence)
     if args.lint:
         from .lint import format_lint, lint_rules

@@ -290,12 +290,13 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]
     table = {k: dict(v) for k, v in DEFAULT_THRESHOLDS.items()}
     if candidate is None or not candidate.is_file():
         return table
-    import yaml
+    from .errors import InputError
+    from .inputs import load_file
 
     try:
-        data = yaml.safe_load(candidate.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{candidate}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        data = load_file(candidate, "yaml") or {}
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
     if not isinstance(data, dict):
         raise ValueError(f"{candidate}: expected a mapping of dtype -> thresholds")
     body = data.get("thresholds", data)
@@ -306,7 +307,12 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]
             raise ValueError(f"{candidate}: thresholds for {dtype!r} must be a mapping")
         unknown = set(values) - _THRESHOLD_KEYS
         if unknown:
-            raise ValueError(f"{candidate}: unknown keys for {dtype!r}: {', '.join(sorted(unknown))}")
+            raise ValueError(f"{candidate}: unknown keys for {dtype!r}: {', '.join(sorted(map(str, unknown)))}")
+        for name, value in values.items():
+            boolean = name == "require_logprobs_close"
+            if value is not None and isinstance(value, bool) != boolean or not isinstance(value, (bool, int, float)):
+                kind = "true or false" if boolean else "a number"
+                raise ValueError(f"{candidate}: field '{dtype}.{name}': must be {kind}, not {value!r:.40}")
         key = thresholds_key(str(dtype))
         table.setdefault(key, {}).update(values)
     return table

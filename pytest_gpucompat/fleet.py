@@ -6,10 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from .matrix import axis_mismatch
-from .rules import matching_rules
 from .state import RunState, cell_key
-from .verdicts import decide, findings_for
 
 
 def format_fleet_preview(state: RunState, config: pytest.Config, items: Sequence[pytest.Item]) -> str:
@@ -19,12 +16,12 @@ def format_fleet_preview(state: RunState, config: pytest.Config, items: Sequence
         counts = {"run": 0, "skip": 0, "xfail": 0, "not covered": 0}
         bad: list[str] = []
         for nodeid, cell in cells:
-            if axis_mismatch(cell, fp):
+            cs = state.evaluate(config, cell, fp)
+            if cs.not_covered or cs.decision is None:
                 counts["not covered"] += 1
                 continue
-            decision = decide(findings_for(matching_rules(state.kb, fp, cell.engine, cell.params),
-                                           state.run_known_bad), state.run_known_bad)
-            counts[decision.action] += 1
+            decision = cs.decision
+            counts[decision.action] = counts.get(decision.action, 0) + 1
             if decision.action != "run":
                 bad.append(f"    {decision.action:<5} {nodeid}  {decision.reason}")
         summary = ", ".join(f"{v} {k}" for k, v in counts.items())

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import xdist_support
+from . import interrupt, xdist_support
 from .engines.base import EngineFailed
 from .errors import InputError
 from .fixtures import (  # noqa: F401  (fixtures are found through this module)
@@ -28,6 +28,7 @@ from .fixtures import (  # noqa: F401  (fixtures are found through this module)
     gpucompat_reference,
 )
 from .matrix import cells_from_marker
+from .rules import WEIGHTS_PARAM
 from .state import NOT_COVERED, RunState, build_run_state, cell_key
 
 run_key = pytest.StashKey[RunState]()
@@ -51,20 +52,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="use only the rule files given with --gpucompat-kb, not the shipped knowledge base")
     group.addoption("--gpucompat-run-known-bad", action="store_true", default=False,
                     help="run known crash/hang cells as strict xfail under --gpucompat-timeout")
-    group.addoption("--gpucompat-timeout", type=float, default=600.0, metavar="S",
+    group.addoption("--gpucompat-timeout", type=_timeout_option, default=600.0, metavar="S",
                     help="seconds an engine may take to start or answer before its cell fails (default 600)")
+    group.addoption("--gpucompat-log-dir", metavar="DIR",
+                    help="keep every engine log in DIR (CI artifacts); default: only failed engines' logs are kept")
     group.addoption("--gpucompat-model", metavar="PATH", action="append", default=[],
                     help="local model checkpoint to test (repeatable); default: a tiny model built locally")
     group.addoption("--gpucompat-endpoint", metavar="URL",
                     help="OpenAI-compatible endpoint for the openai engine instead of a server started here")
     group.addoption("--gpucompat-report", metavar="PATH", help="write the JSON report here")
     group.addoption("--gpucompat-baseline", metavar="FILE",
-                    help="compare with this report at the end; a regression fails the run")
+                    help="compare with this report at the end; a regression fails the run; a missing FILE "
+                    "is a first run: a note says how this run's report becomes it")
     group.addoption("--gpucompat-compare-fail", metavar="EXPR", action="append", default=[],
-                    help="with --gpucompat-baseline: metric threshold such as tokens_per_s:-10%%")
+                    help="with --gpucompat-baseline: metric threshold such as tokens_per_s:-10%% (metrics: "
+                    "docs/ci.md; an unknown one is a usage error)")
     group.addoption("--gpucompat-runner", metavar="NAME", help="runner name in reports (default: host name)")
     parser.addini("gpucompat", "enable pytest-gpucompat", type="bool", default=False)
     parser.addini("gpucompat_kb", "extra rule files or directories", type="paths", default=[])
+    parser.addini("gpucompat_log_dir", "keep every engine log in this directory", default="")
+
+
+def _timeout_option(text: str) -> float:
+    """--gpucompat-timeout: a positive finite number of seconds, else a one-line usage error."""
+    from .engines.isolation import positive_seconds
+
+    try:
+        return positive_seconds(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"gpucompat: --gpucompat-timeout: {exc}") from None
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -80,12 +96,17 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not _enabled(config):
         return
+    interrupt.install(config)  # SIGTERM as Ctrl-C: a report, engines stopped
     xdist_support.pin_worker_gpu(config)
     config.stash[run_key] = build_run_state(config)
     if not hasattr(config, "workerinput"):
         from .report.collector import ReportCollector
 
         config.pluginmanager.register(ReportCollector(config, config.stash[run_key]), "gpucompat-report")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    interrupt.uninstall(config)
 
 
 def run_state(config: pytest.Config) -> RunState | None:
@@ -103,6 +124,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist installed, pytest must still start
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return xdist_support.auto_num_workers(config) if _enabled(config) else None
 
@@ -132,12 +154,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = run_state(config)
     if state is None:
         return
+    weights: dict[tuple[str, Any], float | None] = {}
     for item in items:
         callspec = getattr(item, "callspec", None)
         cell = callspec.params.get("gpucompat_cell") if callspec else None
         if cell is None:
             continue
-        cs = state.evaluate(config, cell)
+        cs = state.evaluate(config, cell, measured=_model_facts(callspec.params.get("gpucompat_model"), cell, weights))
         item.stash[cell_key] = cs
         if cs.not_covered:
             item.add_marker(pytest.mark.skip(reason=f"{NOT_COVERED}: needs {cs.not_covered}"))
@@ -147,9 +170,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(reason=cs.decision.reason, strict=cs.decision.strict))
 
 
+def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], float | None]) -> dict[str, float] | None:
+    """What the knowledge base may need to know of a local checkpoint before anything starts: its weights in MiB
+    for the cell's dtype (``needs: {gpu_memory_mib: ...}`` rules). Built tiny models are not measured."""
+    if not isinstance(model, str) or not os.path.isdir(model):
+        return None
+    key = (model, cell.params.get("dtype"))
+    if key not in cache:
+        from .models import weights_mib
+
+        cache[key] = weights_mib(model, key[1])
+    mib = cache[key]
+    return None if mib is None else {WEIGHTS_PARAM: mib}
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = run_state(session.config)
-    if state is None or not state.fleet:
+    if state is None:
+        return
+    from .report.collector import share_cells
+
+    share_cells(session.config, session.items, state.fingerprint.name)  # for an xdist controller, if one asks
+    if not state.fleet:
         return
     from .fleet import format_fleet_preview
 
@@ -167,10 +209,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         return report
     failure = call.excinfo.value if call.excinfo is not None else None
     if isinstance(failure, EngineFailed):
+        from .engines.isolation import failure_text
+
         cs.log_tail, cs.engine_failed = failure.log_tail or None, True
-        tail = f"\n--- engine log, last lines ---\n{failure.log_tail}" if failure.log_tail else ""
         if report.failed:
-            report.longrepr = f"{cs.cell.engine} failed: {failure.message}{tail}"
+            report.longrepr = failure_text(str(cs.cell.engine), failure)
     report.user_properties.append(("gpucompat", cs.payload(state.fingerprint.name)))
     return report
 

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from .errors import InputError
 from .fingerprint import Fingerprint
+from .inputs import as_text, load_file, parse_yaml, text_field
 from .paths import matrices_dir
 from .versions import matches, normalize_package, parse_specifier, parse_version
 
@@ -35,7 +36,11 @@ _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom
               "confidence", "claims", "note", "sources"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
 _WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
-              "cuda_driver", "cuda_runtime", "packages", "params", "model"}
+              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs"}
+_NEEDS_KEYS = {"gpus", "gpu_memory_mib"}
+WEIGHTS_PARAM = "model_weights_mib"
+"""The model's weights in MiB for the cell's dtype: measured from the checkpoint by the plugin, or given in a
+fingerprint's ``params`` for ``gpucompat check``; what ``needs.gpu_memory_mib`` divides over the GPUs."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _CLAIM = re.compile(r"^S\d{2,3}$")
 _OPERATOR_START = ("<", ">", "=", "!", "~")
@@ -78,6 +83,10 @@ class Conditions:
     cuda_driver: SpecifierSet | None = None
     cuda_runtime: SpecifierSet | None = None
     packages: tuple[tuple[str, SpecifierSet], ...] = ()
+    # the cell needs the product of these parameters' values (absent = 1) in GPUs: holds when fewer are visible
+    needs_gpus: tuple[str, ...] = ()
+    # the model's weights split over the product of these parameters must fit the smallest visible GPU
+    needs_memory: tuple[str, ...] = ()
     params: tuple[tuple[str, ParamCondition], ...] = ()
     model: tuple[str, ...] = ()
 
@@ -152,45 +161,38 @@ def _load_cached(files: tuple[str, ...], builtin: bool) -> KnowledgeBase:
     return KnowledgeBase(rules=tuple(rules), files=files, not_encoded=not_encoded)
 
 
-def safe_load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` through libyaml when PyYAML has it (about 10x faster on the knowledge base).
-
-    Both loaders build the data with the same safe constructor; on an error the pure-Python loader parses the
-    text again, so error messages and line numbers are exactly those of ``yaml.safe_load``.
-    """
-    import yaml
-
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is None:
-        return yaml.safe_load(text)
-    try:
-        return yaml.load(text, Loader=fast)
-    except yaml.YAMLError:
-        return yaml.safe_load(text)
+def safe_load_yaml(text: str, source: str = "<yaml>") -> Any:
+    """Safe YAML as every loader reads it: libyaml when present, no aliases, bounded nesting (see ``inputs``)."""
+    return parse_yaml(text, source)
 
 
 def load_not_encoded() -> dict[str, str]:
+    """``not_encoded.yaml``: claim id -> why no rule encodes it; validated like a rule file."""
     path = matrices_dir() / "not_encoded.yaml"
     if not path.exists():
         return {}
-    data = safe_load_yaml(path.read_text()) or {}
-    return {str(e["claim"]): str(e["reason"]) for e in data.get("not_encoded", [])}
+    source = str(path)
+    data = load_file(path, "yaml") or {}
+    if not isinstance(data, Mapping) or set(data) - {"not_encoded"}:
+        raise InputError(source, None, "a mapping with one key, 'not_encoded', is required")
+    entries = data.get("not_encoded") or []
+    if not isinstance(entries, list):
+        raise InputError(source, "not_encoded", "must be a list of {claim, reason}")
+    out: dict[str, str] = {}
+    for i, entry in enumerate(entries):
+        where = f"not_encoded[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(source, where, "must be a mapping with 'claim' and 'reason'")
+        claim, reason = (text_field(entry.get(k), source, f"{where}.{k}") for k in ("claim", "reason"))
+        if not claim or not reason:
+            raise InputError(source, f"{where}.{'reason' if claim else 'claim'}", "required")
+        out[claim] = reason
+    return out
 
 
 def load_rule_file(path: str | Path) -> list[Rule]:
-    import yaml
-
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise InputError(source, None, f"cannot read rule file: {exc.strerror or exc}") from None
-    try:
-        data = safe_load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(source, None, f"invalid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    data = load_file(path, "yaml")
     if data is None:
         return []
     if not isinstance(data, Mapping) or set(data) - {"rules"}:
@@ -211,7 +213,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
     def fail(fld: str, problem: str) -> InputError:
         return InputError(source, fld, problem, rid)
 
-    unknown = set(raw) - _RULE_KEYS
+    unknown = set(map(str, raw)) - _RULE_KEYS
     if unknown:
         raise fail(sorted(unknown)[0], "unknown key")
     for key in _REQUIRED:
@@ -232,7 +234,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         if not isinstance(s, Mapping) or set(s) != {"kind", "ref"}:
             raise fail(f"sources[{i}]", "must be {kind, ref}")
         _enum(s["kind"], SOURCE_KINDS, fail, f"sources[{i}].kind")
-        parsed_sources.append(Source(kind=str(s["kind"]), ref=str(s["ref"])))
+        parsed_sources.append(Source(kind=s["kind"], ref=_opt_str(s["ref"], fail, f"sources[{i}].ref") or ""))
     if raw["confidence"] == "verified" and not any(s.kind == "report" for s in parsed_sources):
         raise fail("confidence", "'verified' needs a source of kind 'report'")
     claims = _str_list(raw.get("claims"), fail, "claims")
@@ -241,18 +243,18 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
             raise fail("claims", f"'{c}' is not a claim id like S06")
     return Rule(
         id=rid,
-        summary=str(raw["summary"]).strip(),
+        summary=_opt_str(raw["summary"], fail, "summary") or "",
         severity=raw["severity"],
         failure=raw["failure"],
         confidence=raw["confidence"],
         sources=tuple(parsed_sources),
         engine=engine,
         when=parse_conditions(raw.get("when"), fail),
-        symptom=_opt_str(raw.get("symptom")),
-        workaround=_opt_str(raw.get("workaround")),
+        symptom=_opt_str(raw.get("symptom"), fail, "symptom"),
+        workaround=_opt_str(raw.get("workaround"), fail, "workaround"),
         flags=tuple(_str_list(raw.get("flags"), fail, "flags")),
         claims=tuple(claims),
-        note=_opt_str(raw.get("note")),
+        note=_opt_str(raw.get("note"), fail, "note"),
         file=source,
     )
 
@@ -262,8 +264,14 @@ def _enum(value: Any, allowed: Sequence[str], fail: Any, fld: str) -> None:
         raise fail(fld, f"'{value}' is not one of {', '.join(allowed)}")
 
 
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value).strip()
+def _opt_str(value: Any, fail: Any, fld: str) -> str | None:
+    """A text field: a scalar's text, stripped; a list or mapping (``note: [..]``) is an error, not its repr."""
+    if value is None:
+        return None
+    try:
+        return as_text(value).strip()
+    except ValueError as exc:
+        raise fail(fld, str(exc)) from None
 
 
 def _str_list(value: Any, fail: Any, fld: str) -> list[str]:
@@ -273,7 +281,7 @@ def _str_list(value: Any, fail: Any, fld: str) -> list[str]:
         return [value]
     if not isinstance(value, list):
         raise fail(fld, "must be a list")
-    return [str(v) for v in value]
+    return [_opt_str(v, fail, f"{fld}[{i}]") or "" for i, v in enumerate(value)]
 
 
 def parse_conditions(raw: Any, fail: Any) -> Conditions:
@@ -281,7 +289,7 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
         return Conditions()
     if not isinstance(raw, Mapping):
         raise fail("when", "must be a mapping of conditions")
-    unknown = set(raw) - _WHEN_KEYS
+    unknown = set(map(str, raw)) - _WHEN_KEYS
     if unknown:
         raise fail(f"when.{sorted(unknown)[0]}", "unknown condition")
 
@@ -289,7 +297,7 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
         if raw.get(key) is None:
             return None
         try:
-            return parse_specifier(str(raw[key]))
+            return parse_specifier(as_text(raw[key]))
         except ValueError as exc:
             raise fail(f"when.{key}", str(exc)) from None
 
@@ -302,9 +310,21 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
     parsed_packages = []
     for name, value in packages.items():
         try:
-            parsed_packages.append((normalize_package(str(name)), parse_specifier(str(value))))
+            parsed_packages.append((normalize_package(str(name)), parse_specifier(as_text(value))))
         except ValueError as exc:
             raise fail(f"when.packages.{name}", str(exc)) from None
+    needs = raw.get("needs") or {}
+    if not isinstance(needs, Mapping):
+        raise fail("when.needs", "must be a mapping such as {gpus: [tensor_parallel_size, pipeline_parallel_size]}")
+    unknown = set(map(str, needs)) - _NEEDS_KEYS
+    if unknown:
+        raise fail(f"when.needs.{sorted(unknown)[0]}", f"unknown need (known: {', '.join(sorted(_NEEDS_KEYS))})")
+    needs_gpus = _str_list(needs.get("gpus"), fail, "when.needs.gpus")
+    if "gpus" in needs and not needs_gpus:
+        raise fail("when.needs.gpus", "must name the parameters whose product is the number of GPUs needed")
+    needs_memory = _str_list(needs.get("gpu_memory_mib"), fail, "when.needs.gpu_memory_mib")
+    if "gpu_memory_mib" in needs and not needs_memory:
+        raise fail("when.needs.gpu_memory_mib", "must name the parameters whose product splits the weights")
     params = raw.get("params") or {}
     if not isinstance(params, Mapping):
         raise fail("when.params", "must map parameter names to values")
@@ -324,6 +344,8 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
         packages=tuple(parsed_packages),
         params=tuple(parsed_params),
         model=tuple(m.lower() for m in _str_list(raw.get("model"), fail, "when.model")),
+        needs_gpus=tuple(needs_gpus),
+        needs_memory=tuple(needs_memory),
     )
 
 
@@ -336,6 +358,9 @@ def _param_condition(value: Any, fail: Any, fld: str) -> ParamCondition:
     if isinstance(value, Mapping):
         raise fail(fld, "must be a value, a list of values, or a specifier string")
     values = value if isinstance(value, list) else [value]
+    for i, v in enumerate(values):
+        if isinstance(v, (Mapping, list)):
+            raise fail(f"{fld}[{i}]", "must be a value (string, number, boolean or null), not a list or mapping")
     return ParamCondition(values=tuple(_norm_value(v) for v in values))
 
 
@@ -419,7 +444,97 @@ def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[s
         _engine_holds(rule.engine, facts, engine, params)
         and _fingerprint_holds(rule.when, facts)
         and _params_hold(rule.when, params)
+        and _needs_hold(rule.when, facts, params)
     )
+
+
+def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> str:
+    """What this runner has, for each machine condition the rule names: a reason that says "needs 2 GPUs, 1
+    visible" or "this runner: Tesla V100 (compute capability 7.0)" instead of the rule's summary alone."""
+    w = rule.when
+    parts: list[str] = []
+    if w.needs_gpus:
+        need = gpus_needed(w.needs_gpus, params)
+        factors = " × ".join(f"{n}={params[n]}" for n in w.needs_gpus if params.get(n) is not None)
+        parts.append(f"needs {need} GPU{'' if need == 1 else 's'}" + (f" ({factors})" if factors else "")
+                     + f", {len(fp.gpus)} visible")
+    if w.needs_memory:
+        need_mib = memory_needed(w.needs_memory, params)
+        split = [f"{n}={params[n]}" for n in w.needs_memory if params.get(n) is not None]
+        have = [g.memory_mib for g in fp.gpus if g.memory_mib is not None]
+        if need_mib is not None:
+            parts.append(f"needs {need_mib:,.0f} MiB of weights per GPU" + (f" (split by {' × '.join(split)})"
+                         if split else "") + (f", the smallest GPU has {min(have):,} MiB" if have else ""))
+    has: list[str] = []
+    if w.gpu_count is not None and not w.needs_gpus:
+        has.append(f"{len(fp.gpus)} GPU{'' if len(fp.gpus) == 1 else 's'} visible")
+    if w.has_gpu_condition:
+        gpus = dict.fromkeys(
+            f"{g.name} (compute capability {g.compute_capability or '?'}"
+            + (f", {g.memory_mib} MiB" if w.gpu_memory_mib is not None and g.memory_mib is not None else "") + ")"
+            for g in fp.gpus
+        )
+        has.append(", ".join(gpus) or "no GPU")
+    for label, name, value in (("driver", "driver", fp.driver), ("CUDA driver", "cuda_driver", fp.cuda_driver),
+                               ("CUDA runtime", "cuda_runtime", fp.cuda_runtime)):
+        if getattr(w, name) is not None:
+            has.append(f"{label} {value or 'unknown'}")
+    if w.interconnect is not None:
+        has.append(f"interconnect {fp.interconnect or 'unknown'}")
+    if w.packages:
+        installed = {normalize_package(k): v for k, v in fp.packages.items()}
+        has.extend(f"{name} {installed.get(name, 'not installed')}" for name, _ in w.packages)
+    if has:
+        parts.append("this runner: " + "; ".join(has))
+    return "; ".join(parts)
+
+
+def gpus_needed(names: Sequence[str], params: Mapping[str, Any]) -> int | None:
+    """The product of the named parameters (absent or null = 1); None when one is not a positive whole number."""
+    total = 1
+    for name in names:
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return None
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            return None
+        if number < 1:
+            return None
+        total *= number
+    return total
+
+
+def memory_needed(names: Sequence[str], params: Mapping[str, Any]) -> float | None:
+    """MiB of weights per GPU: the model's weights split over the product of the named parameters; None when the
+    weights are not known or a parameter is not a count."""
+    weights = params.get(WEIGHTS_PARAM)
+    split = gpus_needed(names, params)
+    if split is None or isinstance(weights, bool) or not isinstance(weights, (int, float)) or weights <= 0:
+        return None
+    return float(weights) / split
+
+
+def _smallest_gpu_mib(facts: Facts) -> float | None:
+    sizes = [float(str(g[3])) for g in facts.gpus if g[3] is not None]
+    return min(sizes) if sizes else None
+
+
+def _needs_hold(w: Conditions, facts: Facts, params: Mapping[str, Any]) -> bool:
+    """A need is a problem (the condition holds) when the cell needs more than this runner has; a need that cannot
+    be told (no weights measured, a GPU of unknown size) is not judged."""
+    if w.needs_gpus:
+        need = gpus_needed(w.needs_gpus, params)
+        if need is None or need <= len(facts.gpus):
+            return False
+    if w.needs_memory:
+        need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
+        if need_mib is None or have is None or need_mib <= have:
+            return False
+    return True
 
 
 def _engine_holds(wanted: str | None, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
@@ -499,7 +614,10 @@ def matching_rules(
         candidates = fpi.by_engine_param.get(key)
         if candidates is None:
             candidates = fpi.candidates(None, key)
-    return fpi.kb_index.match(candidates, merged)
+    found = fpi.kb_index.match(candidates, merged)
+    if fpi.kb_index.has_needs:
+        found = [r for r in found if _needs_hold(r.when, fpi.facts, merged)]
+    return found
 
 
 # --------------------------------------------------------------------------- the matching index
@@ -598,7 +716,7 @@ class _KbIndex:
 
     __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "engine_free",
                  "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results",
-                 "chunks", "fingerprints")
+                 "chunks", "fingerprints", "has_needs")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
@@ -607,6 +725,8 @@ class _KbIndex:
         self.engine_free = 0  # rules without an engine condition
         self.engine_masks: dict[str, int] = {}
         self.param_mask = 0  # rules with parameter or model conditions
+        # needs compare parameters with the machine: judged after the index
+        self.has_needs = any(r.when.needs_gpus or r.when.needs_memory for r in self.rules)
         by_field: dict[Any, list[tuple[int, Conditions]]] = {}
         by_name: dict[str, list[tuple[int, Conditions]]] = {}
         for i, rule in enumerate(self.rules):
@@ -730,10 +850,11 @@ class _KbIndex:
 class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
-    __slots__ = ("kb_index", "machine", "installed_engines", "by_engine", "by_engine_param")
+    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param")
 
     def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
         self.kb_index = kb_index
+        self.facts = facts
         self.machine = kb_index.machine_mask(facts)
         self.installed_engines = 0
         for name, bits in kb_index.engine_masks.items():

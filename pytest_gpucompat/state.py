@@ -13,7 +13,7 @@ from . import fingerprint as fpmod
 from .fingerprint import Fingerprint
 from .matrix import Cell, axis_mismatch
 from .rules import KnowledgeBase, load_kb, matching_rules
-from .verdicts import Decision, Finding, decide, findings_for
+from .verdicts import Decision, Finding, cell_findings, decide, with_details
 
 NOT_COVERED = "not covered here"
 
@@ -30,27 +30,31 @@ class CellState:
     info: dict[str, Any] = field(default_factory=dict)
     log_tail: str | None = None
     engine_failed: bool = False
+    # findings measured while the cell ran (gpucompat_flag): reported with the rules' findings, but not rules
+    flagged: tuple[Finding, ...] = ()
 
     # the parts of the payload that only change with the findings, built once and shared by the reports of the
     # setup, call and teardown phases: pytest keeps every report to the end of the run, and every object they hold
     # is walked again by each full garbage collection
-    _fixed: tuple[tuple[Finding, ...], dict[str, Any]] | None = field(
+    _fixed: tuple[tuple[Finding, ...], tuple[Finding, ...], dict[str, Any]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
     def payload(self, runner: str | None) -> dict[str, Any]:
-        """What travels on the test report (xdist serializes user_properties) to the report writer."""
+        """What travels on the test report (xdist serializes user_properties) to the report writer; every phase's
+        payload carries all findings so far, so the last one a report writer sees has them all."""
         fixed = self._fixed
-        if fixed is None or fixed[0] is not self.findings:
-            findings = self.findings
-            fixed = self._fixed = (findings, {
+        if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
+            findings, flagged = self.findings, self.flagged
+            fixed = self._fixed = (findings, flagged, {
                 **plain(self.cell.to_dict()),
                 "rules": [f.id for f in findings],
                 "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
-                              "summary": f.summary, "action": f.action, "failure": f.failure} for f in findings],
+                              "summary": f.summary, "action": f.action, "failure": f.failure,
+                              "unconfirmed": f.unconfirmed} for f in (*findings, *flagged)],
             })
         return {
-            **fixed[1],
+            **fixed[2],
             "metrics": dict(self.metrics),
             "info": dict(self.info),
             "log_tail": self.log_tail,
@@ -93,22 +97,32 @@ class RunState:
         default_factory=dict, repr=False, compare=False
     )
 
-    def evaluate(self, config: pytest.Config, cell: Cell) -> CellState:
+    def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
+                 measured: Mapping[str, Any] | None = None) -> CellState:
+        """The one evaluation of a cell: axes, matching rules, the findings that concern the cell, then the
+        decision through the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet runner's, for the
+        preview) defaults to this run's; ``measured`` holds facts of the cell's model that rules may need
+        (``model_weights_mib``)."""
+        fp = fingerprint or self.fingerprint
+        params = {**cell.params, **measured} if measured else cell.params
         state = CellState(cell=cell)
-        state.not_covered = axis_mismatch(cell, self.fingerprint)
+        state.not_covered = axis_mismatch(cell, fp)
         if state.not_covered:
             return state
-        rules = matching_rules(self.kb, self.fingerprint, cell.engine, cell.params)
+        rules = matching_rules(self.kb, fp, cell.engine, params)
         key = tuple(map(id, rules))
         verdict = self._verdicts.get(key)
         if verdict is None:
-            findings = tuple(findings_for(rules, self.run_known_bad))
+            findings = tuple(cell_findings(rules, self.run_known_bad))
             verdict = self._verdicts[key] = (findings, decide(findings, self.run_known_bad))
         state.findings = verdict[0]
+        if verdict[1].action != "run":  # a stopped cell says what this runner has ("needs 2 GPUs, 1 visible")
+            state.findings = tuple(with_details(state.findings, rules, fp, {**fp.params, **params}))
+            verdict = (state.findings, decide(state.findings, self.run_known_bad))
         hook = config.hook.pytest_gpucompat_decide
         decision = None
         if hook.get_hookimpls():  # only when a conftest implements the hook; else the default policy decides
-            decision = hook(config=config, cell=cell, findings=state.findings, fingerprint=self.fingerprint)
+            decision = hook(config=config, cell=cell, findings=state.findings, fingerprint=fp)
         state.decision = decision or verdict[1]
         return state
 

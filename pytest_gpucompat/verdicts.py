@@ -1,17 +1,21 @@
 """What matching rules do to a cell: pure functions from rules to findings to one decision.
 
 The policy (see docs/knowledge-base.md): a known crash or hang with upstream or verified evidence
-is skipped so it cannot stall a runner; known wrong output is a strict xfail; a rule that only the
-seed documents support never stops a cell from running, so the run produces evidence.
+is skipped so it cannot stall a runner; known wrong output is a strict xfail. A rule that only the
+seed documents support is an *unconfirmed claim*: it never stops, xfails or colours a cell and never
+fails a gate; the cell runs and its outcome is evidence for or against the claim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from .rules import Rule
+from .rules import Conditions, Rule, describe_runner
+
+if TYPE_CHECKING:
+    from .fingerprint import Fingerprint
 
 STOPPING_FAILURES = ("crash", "hang", "error-at-start", "oom")
 _ORDER = {"skip": 0, "xfail-strict": 1, "xfail": 2, "annotate": 3}
@@ -34,6 +38,12 @@ class Finding:
     claims: tuple[str, ...]
     sources: tuple[tuple[str, str], ...]
     action: str
+    detail: str | None = None  # what this runner has for the rule's conditions ("needs 2 GPUs, 1 visible")
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Only the seed documents say so: listed apart, never counted as a problem."""
+        return self.confidence == "documents"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +51,7 @@ class Finding:
             "engine": self.engine, "summary": self.summary, "workaround": self.workaround,
             "symptom": self.symptom, "note": self.note, "claims": list(self.claims),
             "sources": [{"kind": k, "ref": r} for k, r in self.sources], "action": self.action,
+            "unconfirmed": self.unconfirmed, "detail": self.detail,
         }
 
 
@@ -51,13 +62,12 @@ class Decision:
     reason: str
     findings: tuple[Finding, ...]
     known_bad_run: bool = False  # a skipped known-bad cell run anyway (--gpucompat-run-known-bad)
+    rule_id: str | None = None  # the rule that decided it
 
 
 def action_for(rule: Rule, run_known_bad: bool = False) -> str:
-    if rule.severity != "broken":
+    if rule.severity != "broken" or rule.confidence == "documents":
         return "annotate"
-    if rule.confidence == "documents":
-        return "xfail"
     if rule.failure in STOPPING_FAILURES:
         return "xfail-strict" if run_known_bad else "skip"
     return "xfail-strict"
@@ -74,19 +84,63 @@ def finding_for(rule: Rule, run_known_bad: bool = False) -> Finding:
 
 def findings_for(rules: Iterable[Rule], run_known_bad: bool = False) -> list[Finding]:
     found = [finding_for(r, run_known_bad) for r in rules]
-    return sorted(found, key=lambda f: (_SEVERITY_ORDER[f.severity], _ORDER[f.action], f.id))
+    return sorted(found, key=lambda f: (f.unconfirmed, _SEVERITY_ORDER[f.severity], _ORDER[f.action], f.id))
+
+
+_NO_CONDITIONS = Conditions()
+
+
+def concerns_cell(rule: Rule) -> bool:
+    """Whether a rule that matched a cell's machine and engine says something about that cell.
+
+    A rule with no condition at all (general knowledge of an engine or a tool: metric names, CLI usage) and a
+    machine-wide rule that is not broken (nvidia-smi advice, a driver's quirk) are about the runner, shown once
+    per run by ``gpucompat check`` and the report, not attached to every cell. A cell keeps the rules of its
+    engine that have a condition, the rules on its parameters or model, and machine-wide breakage.
+    """
+    when = rule.when
+    if when == _NO_CONDITIONS:
+        return False
+    if rule.engine is not None:
+        return True
+    return rule.severity == "broken" or bool(when.params or when.model)
+
+
+def cell_findings(rules: Iterable[Rule], run_known_bad: bool = False) -> list[Finding]:
+    """The findings a cell carries: the matched rules that concern it."""
+    return findings_for((r for r in rules if concerns_cell(r)), run_known_bad)
+
+
+def confirmed(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that count as problems: upstream or verified evidence."""
+    return [f for f in findings if not f.unconfirmed]
 
 
 def decide(findings: Sequence[Finding], run_known_bad: bool = False) -> Decision:
-    """The strongest action wins; the reason names the rule that decided it."""
-    if not findings:
-        return Decision("run", False, "", ())
-    top = min(findings, key=lambda f: (_ORDER[f.action], f.id))
-    reason = f"[{top.id}] {top.summary} ({top.confidence})"
+    """The strongest action wins; the reason names the rule that decided it (never an unconfirmed claim)."""
+    evidence = confirmed(findings)
+    if not evidence:
+        return Decision("run", False, "", tuple(findings))
+    top = min(evidence, key=lambda f: (_ORDER[f.action], f.id))
+    reason = f"[{top.id}] {top.summary} ({top.confidence})" + (f": {top.detail}" if top.detail else "")
     if top.action == "skip":
-        return Decision("skip", False, f"known bad here: {reason}", tuple(findings))
+        return Decision("skip", False, f"known bad here: {reason}", tuple(findings), rule_id=top.id)
     if top.action in ("xfail-strict", "xfail"):
         strict = top.action == "xfail-strict"
         return Decision("xfail", strict, f"known bad here: {reason}", tuple(findings),
-                        known_bad_run=strict and run_known_bad and top.failure in STOPPING_FAILURES)
-    return Decision("run", False, reason, tuple(findings))
+                        known_bad_run=strict and run_known_bad and top.failure in STOPPING_FAILURES, rule_id=top.id)
+    return Decision("run", False, reason, tuple(findings), rule_id=top.id)
+
+
+def with_details(findings: Sequence[Finding], rules: Iterable[Rule], fp: Fingerprint,
+                 params: Mapping[str, Any]) -> list[Finding]:
+    """The findings with what this runner has for their rules' conditions; only evidence of a problem (broken or
+    degraded, not an unconfirmed claim) is explained, the rest is shown as the rule says it."""
+    by_id = {r.id: r for r in rules}
+    out = []
+    for f in findings:
+        rule = by_id.get(f.id)
+        if rule is not None and not f.unconfirmed and f.severity != "advice":
+            f = replace(f, detail=describe_runner(rule, fp, params) or None)
+        out.append(f)
+    return out

@@ -7,10 +7,13 @@ not there, skip with the reason; an engine that crashes or hangs fails its cell 
 from __future__ import annotations
 
 import math
+import os
+import statistics
 import time
 
 import pytest
 
+from pytest_gpucompat.metrics import round_metrics
 from pytest_gpucompat.models import fixed_prompts, model_vocab_size
 
 PROMPTS = 4
@@ -18,6 +21,9 @@ PROMPT_LEN = 12
 MAX_TOKENS = 16
 TOP_N = 5
 REPEATS = 10  # the seed documents report degenerate output from the 7th identical request (claim S02)
+# One sample of 4 x 16 tokens differed by 15% between two runs of one H200 setup: figures are medians over rounds,
+# with their spread recorded so that `gpucompat diff` can tell a change from noise. At least 3 rounds for a spread.
+ROUNDS = max(3, int(os.environ.get("GPUCOMPAT_ROUNDS", "5")))
 
 
 @pytest.mark.gpucompat(matrix="smoke")
@@ -25,15 +31,26 @@ def test_generates_requested_tokens(gpucompat_cell, gpucompat_engine, gpucompat_
     engine = gpucompat_engine.engine
     prompts = fixed_prompts(PROMPTS, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=1)
 
-    t0 = time.perf_counter()
+    # Warm-up round, not measured: first calls pay for compilation, graph capture and cache allocation.
     engine.generate(prompts[:1], 1, TOP_N)
-    gpucompat_record("ttft_s", time.perf_counter() - t0)
-
-    t0 = time.perf_counter()
     outputs = engine.generate(prompts, MAX_TOKENS, TOP_N)
-    elapsed = time.perf_counter() - t0
-    gpucompat_record("tokens_per_s", PROMPTS * MAX_TOKENS / elapsed)
-    gpucompat_record("generate_s", elapsed)
+    ttft: list[float] = []
+    seconds: list[float] = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        engine.generate(prompts[:1], 1, TOP_N)
+        ttft.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        engine.generate(prompts, MAX_TOKENS, TOP_N)
+        seconds.append(time.perf_counter() - t0)
+    figures = {
+        **round_metrics("tokens_per_s", [PROMPTS * MAX_TOKENS / s for s in seconds]),
+        **round_metrics("ttft_s", ttft),
+        "generate_s": statistics.median(seconds),
+        "rounds": float(ROUNDS),
+    }
+    for name, value in figures.items():
+        gpucompat_record(name, value)
 
     assert len(outputs) == PROMPTS
     for i, out in enumerate(outputs):

@@ -115,13 +115,14 @@ def _fake_pynvml(procs: list[_Proc]) -> types.SimpleNamespace:
 
 def test_nvml_process_memory_is_matched_on_pid(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
-    procs = [_Proc(me + 1, 10 * memory.MIB), _Proc(me, 300 * memory.MIB)]
+    other = 1  # init: never this process nor one of its descendants (me + 1 could be a helper process we started)
+    procs = [_Proc(other, 10 * memory.MIB), _Proc(me, 300 * memory.MIB)]
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(procs))
     s = sample(0)
     assert s.nvml_process_mib == pytest.approx(300.0)
     assert s.nvml_device_used_mib == pytest.approx(2048.0)
     # listed processes, none with our pid (another PID namespace?): unknown, not zero
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([_Proc(me + 1, 10 * memory.MIB)]))
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([_Proc(other, 10 * memory.MIB)]))
     assert sample(0).nvml_process_mib is None
     # nothing runs on the device: this process holds nothing
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([]))

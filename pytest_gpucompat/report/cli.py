@@ -93,18 +93,25 @@ def cmd_diff(
     current: str | os.PathLike[str],
     fail_on: Sequence[str] | None = None,
 ) -> int:
-    """Compare current with baseline: exit 1 on a regression, 0 when none, 2 on bad input."""
-    from .diff import diff_reports, format_diff, parse_threshold
+    """Compare current with baseline: exit 1 on a regression, 0 when none, 2 on bad input.
+
+    A missing baseline is bad input too (a gate with nothing to compare must not pass), with the first run's way
+    out in the message; so is a threshold on a metric neither report nor the registry knows.
+    """
+    from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
     from .model import ReportError, load_report
 
     try:
         thresholds = [parse_threshold(expr) for expr in fail_on or ()]
     except ValueError as exc:
         return _error("diff", str(exc))
+    if not os.path.lexists(baseline):
+        return _error("diff", missing_baseline_note(os.fspath(baseline), os.fspath(current)))
     try:
         old = load_report(baseline)
         new = load_report(current)
-    except ReportError as exc:
+        check_thresholds(thresholds, old, new)
+    except (ReportError, ValueError) as exc:
         return _error("diff", str(exc))
     result = diff_reports(old, new, thresholds)
     sys.stdout.write(format_diff(result))
@@ -151,7 +158,8 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "diff",
         help="compare a report with a baseline (CI gate)",
         description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails, "
-        "a new broken finding, a metric worse than a --fail-on threshold), 0 otherwise, 2 on bad input.",
+        "a new broken finding, a metric worse than a --fail-on threshold), 0 otherwise, 2 on bad input "
+        "(a missing baseline, an unknown metric).",
     )
     p.add_argument("baseline", help="baseline report JSON")
     p.add_argument("current", help="current report JSON")
@@ -160,6 +168,7 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         action="append",
         metavar="METRIC:±N[%]",
         help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), "
-        "leak_mib_per_cycle:+1 (a rise of more than 1)",
+        "leak_mib_per_cycle:+1 (a rise of more than 1); METRIC is one the suites record (docs/ci.md lists them) "
+        "or one either report has; a change within the runs' measured spread is not a regression",
     )
     p.set_defaults(func=_run_diff)

@@ -9,17 +9,24 @@ How cells are matched (the key), so that a PR runner can be compared with last n
   > not-covered) with the union of rules and findings and no metrics (figures from different GPUs do not
   compare).
 
+A metric change beyond a threshold is a regression only when it is also beyond the noise the two runs measured:
+a figure measured over rounds carries its relative spread (`tokens_per_s_spread`, see `pytest_gpucompat.metrics`),
+and a change no larger than the larger of the two runs' spreads is listed as "within noise" instead.
+
 Pure functions: nothing here reads files or clocks.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ..metrics import METRICS, spread_name
 from .model import Cell, Finding, Report
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})
@@ -83,6 +90,46 @@ def parse_threshold(expr: str) -> Threshold:
     )
 
 
+def known_metrics(*reports: Report) -> set[str]:
+    """The registry's metrics and every metric some cell of `reports` recorded (user suites record their own)."""
+    known = set(METRICS)
+    for report in reports:
+        for cell in report.cells:
+            known.update(cell.metrics)
+    return known
+
+
+def check_thresholds(thresholds: Iterable[Threshold], *reports: Report) -> None:
+    """One-line ValueError for a threshold that cannot gate anything: a metric neither the registry nor `reports`
+    know (a typo would compare nothing and pass), or a sign that calls the better direction a regression."""
+    known = known_metrics(*reports)
+    for threshold in thresholds:
+        name = threshold.metric
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(
+                f"unknown metric {name!r} in {threshold.expr!r}{hint}; known metrics: {', '.join(sorted(known))}"
+            )
+        better = METRICS[name].better if name in METRICS else None
+        if (better == "higher" and threshold.direction > 0) or (better == "lower" and threshold.direction < 0):
+            worse = "-" if better == "higher" else "+"
+            raise ValueError(
+                f"{threshold.expr!r}: {better} {name} is better, so a regression is a "
+                f"{'drop' if worse == '-' else 'rise'}: write {name}:{worse}{threshold.amount:g}"
+                f"{'%' if threshold.relative else ''}"
+            )
+
+
+def missing_baseline_note(baseline: str, report: str | None) -> str:
+    """What to do on a first run, when the baseline does not exist yet: this run's report becomes it."""
+    if report:
+        how = f"cp {shlex.quote(report)} {shlex.quote(baseline)}"
+    else:
+        how = f"run with --gpucompat-report R.json, then cp R.json {shlex.quote(baseline)}"
+    return f"no baseline at {baseline}: this run's report can become it ({how})"
+
+
 @dataclass(frozen=True)
 class Change:
     """An outcome or a figure of one cell that moved between baseline and current."""
@@ -126,6 +173,8 @@ class DiffResult:
     matching: str
     regressions: tuple[Change, ...] = ()
     improvements: tuple[Change, ...] = ()
+    within_noise: tuple[Change, ...] = ()
+    """Beyond a threshold, but not beyond the larger of the two runs' measured spreads: not a regression."""
     new_broken: tuple[NewFinding, ...] = ()
     stale_rules: tuple[StaleRule, ...] = ()
     new_cells: tuple[str, ...] = ()
@@ -141,6 +190,7 @@ class DiffResult:
         return not (
             self.regressions
             or self.improvements
+            or self.within_noise
             or self.new_broken
             or self.stale_rules
             or self.new_cells
@@ -162,18 +212,22 @@ def _cell_label(cell: Cell) -> str:
 
 
 def stale_rules(report: Report) -> list[StaleRule]:
-    """Rules that expected a cell to fail while it passed (outcome xpassed), with the suggested confidence change.
+    """Rules that expected a cell to fail while it passed, with the suggested confidence change: a known-bad rule
+    whose cell XPASSed, or an unconfirmed claim of breakage whose cell (run as usual) passed.
 
-    A rule whose finding only annotated the cell (action annotate) did not predict a failure and is not stale.
+    Any other rule whose finding only annotated the cell did not predict a failure and is not stale.
     """
     found: dict[str, tuple[str | None, list[str]]] = {}
     for cell in report.cells:
-        if cell.outcome != "xpassed":
+        if cell.outcome not in ("xpassed", "passed"):
             continue
         by_id = {f.id: f for f in cell.findings}
         for rule in cell.rules:
             finding = by_id.get(rule)
-            if finding is not None and finding.action == "annotate":
+            claim_refuted = finding is not None and finding.unconfirmed and finding.severity == "broken"
+            if cell.outcome == "passed" and not claim_refuted:
+                continue
+            if finding is not None and finding.action == "annotate" and not claim_refuted:
                 continue
             confidence = finding.confidence if finding else None
             old_conf, cells = found.setdefault(rule, (confidence, []))
@@ -247,11 +301,26 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
+def _noise(metric: str, before: Cell, after: Cell) -> float | None:
+    """The larger of the two runs' relative spreads of `metric`; None when neither measured one."""
+    name = spread_name(metric)
+    spreads = [s for s in (before.metrics.get(name), after.metrics.get(name)) if s is not None]
+    return max(spreads) if spreads else None
+
+
+def _within(noise: float, before: float, after: float) -> bool:
+    """Is the change no larger than `noise` (a fraction of |before|)?"""
+    delta = abs(after - before)
+    return delta <= noise * abs(before) if before else delta == 0
+
+
 def _metric_changes(
     key: str, before: Cell, after: Cell, thresholds: Sequence[Threshold]
-) -> tuple[list[Change], list[Change]]:
+) -> tuple[list[Change], list[Change], list[Change]]:
+    """(regressions, improvements, within noise) of one cell's figures."""
     regressions: list[Change] = []
     improvements: list[Change] = []
+    noisy: list[Change] = []
     for threshold in thresholds:
         old = before.metrics.get(threshold.metric)
         new = after.metrics.get(threshold.metric)
@@ -262,6 +331,9 @@ def _metric_changes(
             continue
         change = threshold.change(old, new)
         shown = f"{change:+.1f}%" if threshold.relative else f"{change:+.6g}"
+        noise = _noise(threshold.metric, before, after)
+        within = noise is not None and _within(noise, old, new)
+        noted = f", within the runs' noise ±{noise * 100:.1f}%" if within and noise is not None else ""
         item = Change(
             key=key,
             nodeid=after.nodeid,
@@ -270,18 +342,22 @@ def _metric_changes(
             metric=threshold.metric,
             before=_num(old),
             after=_num(new),
-            detail=f"{shown}, threshold {threshold}",
+            detail=f"{shown}, threshold {threshold}{noted}",
         )
-        (regressions if verdict == "regression" else improvements).append(item)
-    return regressions, improvements
+        if within:
+            noisy.append(item)
+        else:
+            (regressions if verdict == "regression" else improvements).append(item)
+    return regressions, improvements, noisy
 
 
 def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = ()) -> DiffResult:
     """Regressions, improvements, new broken findings, newly stale rules, new and missing cells.
 
     A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a figure
-    worse beyond one of `thresholds`, or (in `new_broken`) a finding of severity broken the baseline's cell did
-    not have. Stale rules are listed when the current report has them and the baseline did not.
+    worse beyond one of `thresholds` and beyond the runs' noise (module doc), or (in `new_broken`) a finding of
+    severity broken the baseline's cell did not have. Stale rules are listed when the current report has them and
+    the baseline did not.
     """
     limits = tuple(thresholds)
     by_runner, only_base, only_cur, matching = _keying(baseline, current)
@@ -290,6 +366,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
 
     regressions: list[Change] = []
     improvements: list[Change] = []
+    within_noise: list[Change] = []
     new_broken: list[NewFinding] = []
     base_broken_ids = {f.id for c in base.values() for f in c.findings if f.severity == "broken"}
 
@@ -297,7 +374,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         before = base.get(key)
         known = {f.id for f in before.findings} if before is not None else base_broken_ids
         for finding in after.findings:
-            if finding.severity == "broken" and finding.id not in known:
+            if finding.severity == "broken" and not finding.unconfirmed and finding.id not in known:
                 new_broken.append(
                     NewFinding(
                         key=key,
@@ -324,15 +401,17 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
             )
         elif before.outcome in BAD and after.outcome in {"passed", "xpassed"}:
             improvements.append(Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome))
-        worse, better = _metric_changes(key, before, after, limits)
+        worse, better, noisy = _metric_changes(key, before, after, limits)
         regressions.extend(worse)
         improvements.extend(better)
+        within_noise.extend(noisy)
 
     old_stale = {s.rule_id for s in stale_rules(baseline)}
     return DiffResult(
         matching=matching,
         regressions=tuple(regressions),
         improvements=tuple(improvements),
+        within_noise=tuple(within_noise),
         new_broken=tuple(new_broken),
         stale_rules=tuple(s for s in stale_rules(current) if s.rule_id not in old_stale),
         new_cells=tuple(k for k in cur if k not in base),
@@ -367,6 +446,8 @@ def format_diff(result: DiffResult, limit: int = 50) -> str:
         verdict = "clean: no differences"
     else:
         verdict = "no regressions"
+    if result.within_noise:  # a gate that passed on noise should say so on its first line
+        verdict += f"; {len(result.within_noise)} change(s) beyond a threshold but within the runs' noise"
     lines = [f"gpucompat diff: {verdict}", f"{result.compared} cell(s) compared {result.matching}"]
     lines += _section("Regressions", [_change_line(c) for c in result.regressions], limit)
     lines += _section(
@@ -378,6 +459,11 @@ def format_diff(result: DiffResult, limit: int = 50) -> str:
         limit,
     )
     lines += _section("Improvements", [_change_line(c) for c in result.improvements], limit)
+    lines += _section(
+        "Within noise (beyond a threshold, not beyond the runs' spread: not a regression)",
+        [_change_line(c) for c in result.within_noise],
+        limit,
+    )
     lines += _section(
         "Stale rules (a known-bad cell passed)",
         [

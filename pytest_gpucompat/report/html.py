@@ -189,14 +189,13 @@ def _cell_td(cell: Cell | None, index: int | None) -> str:
     if cell is None or index is None:
         return '<td class="cell o-missing" title="this runner has no such cell">–</td>'
     marks = []
-    if cell.findings:
+    evidence = [f for f in cell.findings if not f.unconfirmed]  # unconfirmed claims never colour a cell
+    if evidence:
         worst = min(
-            (f.severity for f in cell.findings),
+            (f.severity for f in evidence),
             key=lambda s: SEVERITIES.index(s) if s in SEVERITIES else len(SEVERITIES),
         )
-        marks.append(
-            f'<span class="mark sev-{e(worst)}" title="{len(cell.findings)} finding(s)">{len(cell.findings)}</span>'
-        )
+        marks.append(f'<span class="mark sev-{e(worst)}" title="{len(evidence)} finding(s)">{len(evidence)}</span>')
     duration = f"{cell.duration_s:.1f} s" if cell.duration_s is not None and cell.ran else ""
     title = f"{cell.runner}: {cell.outcome}" + (f" — {_first_line(cell.reason)}" if cell.reason else "")
     return (
@@ -243,6 +242,7 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
 
 
 def _findings_section(report: Report) -> str:
+    """Findings backed by evidence, then the unconfirmed claims folded away in their own section."""
     by_id: dict[str, tuple[Finding, int]] = {}
     for cell in report.cells:
         for finding in cell.findings:
@@ -251,16 +251,31 @@ def _findings_section(report: Report) -> str:
     if not by_id:
         return ""
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    rows = "".join(
-        f'<tr><td><span class="sev sev-{e(f.severity)}">{e(f.severity)}</span></td><td><code>{e(f.id)}</code></td>'
-        f"<td>{e(f.confidence or '')}</td><td>{e(f.action or '')}</td><td>{e(f.summary)}</td><td>{n}</td></tr>"
-        for f, n in sorted(by_id.values(), key=lambda item: (order.get(item[0].severity, 99), item[0].id))
-    )
-    return (
-        f'<section id="findings"><h2>Findings <span class="muted">({len(by_id)})</span></h2>'
-        '<table class="grid"><thead><tr><th>severity</th><th>rule</th><th>confidence</th><th>action</th>'
-        f"<th>summary</th><th>cells</th></tr></thead><tbody>{rows}</tbody></table></section>"
-    )
+    ranked = sorted(by_id.values(), key=lambda item: (order.get(item[0].severity, 99), item[0].id))
+    head = ('<table class="grid"><thead><tr><th>severity</th><th>rule</th><th>confidence</th><th>action</th>'
+            "<th>summary</th><th>cells</th></tr></thead><tbody>")
+
+    def rows(unconfirmed: bool) -> tuple[int, str]:
+        chosen = [(f, n) for f, n in ranked if f.unconfirmed == unconfirmed]
+        return len(chosen), "".join(
+            f'<tr><td><span class="sev sev-{"claim" if unconfirmed else e(f.severity)}">{e(f.severity)}</span></td>'
+            f"<td><code>{e(f.id)}</code></td><td>{e(f.confidence or '')}</td><td>{e(f.action or '')}</td>"
+            f"<td>{e(f.summary)}</td><td>{n}</td></tr>"
+            for f, n in chosen
+        )
+
+    n_found, found = rows(False)
+    n_claims, claims = rows(True)
+    out = ""
+    if n_found:
+        out += (f'<section id="findings"><h2>Findings <span class="muted">({n_found})</span></h2>'
+                f"{head}{found}</tbody></table></section>")
+    if n_claims:
+        out += (f'<section id="unconfirmed"><details><summary><h2>Unconfirmed claims <span class="muted">'
+                f"({n_claims})</span></h2></summary><p class=\"muted\">Only the seed documents say so: they never "
+                "stop or colour a cell; the cells' outcomes are evidence for or against them.</p>"
+                f"{head}{claims}</tbody></table></details></section>")
+    return out
 
 
 def _stale_section(report: Report) -> str:
@@ -474,7 +489,8 @@ td.o-missing{color:#cbd5e1;cursor:default;text-align:center;border-bottom:1px so
 .mark{display:inline-block;min-width:17px;margin-left:6px;padding:0 4px;border-radius:9px;font-size:11px;
 text-align:center;color:#fff;background:#64748b;vertical-align:1px}
 .sev-broken{background:#dc2626;color:#fff}.sev-degraded{background:#d97706;color:#fff}
-.sev-advice{background:#2563eb;color:#fff}
+.sev-advice{background:#2563eb;color:#fff}.sev-claim{background:#e5e7eb;color:#374151}
+#unconfirmed summary h2{display:inline}
 .sev{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px}
 .empty{color:var(--muted);padding:12px}
 table.grid{border-collapse:collapse;font-size:13px}table.grid th,table.grid td{border:1px solid var(--line);
@@ -549,10 +565,13 @@ if(c.reason){add('Reason',el('pre','reason',c.reason));}
 if(c.rules&&c.rules.length){var rl=el('div');c.rules.forEach(function(r){rl.appendChild(el('span','rule',r));});
 add('Rules',rl);}
 if(c.findings&&c.findings.length){var fl=el('div');c.findings.forEach(function(f){var box=el('div','finding');
-var h=el('div','fhead');h.appendChild(el('span','sev sev-'+f.severity,f.severity));h.appendChild(el('code',null,f.id));
+var h=el('div','fhead');
+h.appendChild(el('span','sev sev-'+(f.unconfirmed?'claim':f.severity),(f.unconfirmed?'unconfirmed ':'')+f.severity));
+h.appendChild(el('code',null,f.id));
 [f.confidence,f.action].forEach(function(x){if(x)h.appendChild(el('span','muted',x));});box.appendChild(h);
 if(f.summary)box.appendChild(el('div',null,f.summary));
-var extra={};Object.keys(f).forEach(function(k){if(['id','severity','confidence','action','summary'].indexOf(k)<0
+var extra={};Object.keys(f).forEach(function(k){
+if(['id','severity','confidence','action','summary','unconfirmed'].indexOf(k)<0
 &&f[k]!==null&&f[k]!==undefined)extra[k]=f[k];});if(Object.keys(extra).length)box.appendChild(kvTable(extra));
 fl.appendChild(box);});add('Findings',fl);}
 var metrics={};Object.keys(c.metrics||{}).forEach(function(k){var v=c.metrics[k];

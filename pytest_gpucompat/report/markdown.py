@@ -7,6 +7,7 @@ escaped, since a reason or a log line can contain `|`, `<` or backticks.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 
 from .diff import stale_rules
@@ -45,9 +46,17 @@ def _text(value: object, limit: int = 300) -> str:
 
 
 def _code(value: object, table: bool = False) -> str:
-    """Inline code; backticks in the value get a longer fence, `|` is escaped inside tables."""
+    """Inline code that the value cannot break out of (CommonMark code spans).
+
+    The fence is one backtick longer than the longest backtick run in the value, so no run inside can close it;
+    a value that starts or ends with a backtick is padded with a space (stripped again by the renderer). Inside the
+    span `<` is literal text, never HTML; whitespace (newlines included) is folded to single spaces so a table row
+    stays one line, and in a table `|` is escaped, which GFM does before it looks for code spans.
+    """
     text = " ".join(str(value).split())
-    fence = "``" if "`" in text else "`"
+    if not text:
+        return ""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     if table:
         text = text.replace("|", "\\|")
@@ -171,11 +180,14 @@ def _findings_section(report: Report, max_items: int) -> list[str]:
         return []
     out = ["### Findings", ""]
     severities = list(SEVERITIES) + sorted({f.severity for f, _ in by_id.values()} - set(SEVERITIES))
-    for severity in severities:
-        group = [(f, cells) for f, cells in by_id.values() if f.severity == severity]
+    groups = [(f"#### {severity}", [(f, cells) for f, cells in by_id.values()
+                                    if f.severity == severity and not f.unconfirmed]) for severity in severities]
+    groups.append(("#### Unconfirmed claims: only the seed documents say so, never counted as a problem",
+                   [(f, cells) for f, cells in by_id.values() if f.unconfirmed]))
+    for title, group in groups:
         if not group:
             continue
-        out += [f"#### {severity} ({len(group)})", ""]
+        out += [f"{title} ({len(group)})", ""]
         for finding, cells in group[:max_items]:
             meta = ", ".join(x for x in (finding.confidence, finding.action) if x)
             meta = f" ({_text(meta)})" if meta else ""

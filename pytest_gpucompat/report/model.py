@@ -22,6 +22,7 @@ from typing import Any
 from pytest_gpucompat import __version__
 
 SCHEMA_VERSION = 1
+MAX_REPORT_BYTES = 1024 * 1024 * 1024  # a merged report of a large fleet is hundreds of MiB; a bigger file is not one
 
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "skipped", "error", "not-covered")
 SEVERITIES: tuple[str, ...] = ("broken", "degraded", "advice")
@@ -71,7 +72,12 @@ class Finding:
     action: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    _KEYS = ("id", "severity", "confidence", "summary", "action")
+    _KEYS = ("id", "severity", "confidence", "summary", "action", "unconfirmed")
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Only the seed documents say so: shown apart, never colours a cell or counts as a problem."""
+        return self.confidence == "documents"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -80,6 +86,7 @@ class Finding:
             "confidence": self.confidence,
             "summary": self.summary,
             "action": self.action,
+            "unconfirmed": self.unconfirmed,
         }
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
@@ -279,12 +286,16 @@ class Report:
         outcomes = dict.fromkeys(OUTCOMES, 0)
         per_runner: dict[str, dict[str, int]] = {name: dict.fromkeys(OUTCOMES, 0) for name in self.runners}
         severities = dict.fromkeys(SEVERITIES, 0)
+        unconfirmed = 0
         by_nodeid: dict[str, bool] = {}
         for cell in self.cells:
             outcomes[cell.outcome] += 1
             per_runner.setdefault(cell.runner, dict.fromkeys(OUTCOMES, 0))[cell.outcome] += 1
             for finding in cell.findings:
-                severities[finding.severity] = severities.get(finding.severity, 0) + 1
+                if finding.unconfirmed:
+                    unconfirmed += 1
+                else:
+                    severities[finding.severity] = severities.get(finding.severity, 0) + 1
             by_nodeid[cell.nodeid] = by_nodeid.get(cell.nodeid, False) or cell.outcome != "not-covered"
         return {
             "cells": len(self.cells),
@@ -293,6 +304,7 @@ class Report:
             "outcomes": outcomes,
             "per_runner": per_runner,
             "findings": severities,
+            "unconfirmed_claims": unconfirmed,
             "uncovered": sum(1 for covered in by_nodeid.values() if not covered),
         }
 
@@ -505,30 +517,39 @@ def _one_line(text: str) -> str:
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:
-    """Read and check a report file; any problem is a one-line ReportError naming the file (and field)."""
+    """Read and check a report file; any problem is a one-line ReportError naming the file (and field).
+
+    A report may come from another machine's CI artifact, so it is read like any user file (bounded size, UTF-8,
+    bounded nesting, only finite numbers a float can hold: a metric of 10**400 would overflow in merge and diff).
+    """
+    from pytest_gpucompat.errors import InputError
+    from pytest_gpucompat.inputs import check_tree, parse_json, read_text
+
     name = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{name}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise ReportError(f"{name}: not UTF-8 text ({_one_line(exc.reason)} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ReportError(f"{name}: cannot read ({_one_line(exc.strerror or str(exc))})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except RecursionError:
-        raise ReportError(f"{name}: not valid JSON (nested too deeply)") from None
+        data = parse_json(read_text(path, MAX_REPORT_BYTES), name)
+    except InputError as exc:
+        raise ReportError(_one_line(str(exc))) from None
+    if not isinstance(data, dict) or "schema_version" not in data:  # a bench result, a fingerprint, any JSON
+        raise ReportError(f"{name}: not a gpucompat report")
+    bad = check_tree(data)
+    if bad is not None:
+        raise ReportError(f"{name}: {_json_path(bad[0])}: {bad[1]}")
     try:
         check_report_dict(data)
-    except _Invalid as bad:
-        raise ReportError(f"{name}: {bad.path}: {_one_line(bad.problem)}") from None
+    except _Invalid as bad_field:
+        raise ReportError(f"{name}: {bad_field.path}: {_one_line(bad_field.problem)}") from None
     try:
         return Report._build(data)
     except (ValueError, TypeError, KeyError) as exc:  # pragma: no cover - the check above should catch it first
         raise ReportError(f"{name}: {_one_line(str(exc))}") from None
+
+
+def _json_path(keys: Iterable[Any]) -> str:
+    path = "$"
+    for key in keys:
+        path = _child(path, key if isinstance(key, int) and not isinstance(key, bool) else str(key))
+    return path
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
@@ -563,6 +584,36 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         finally:
             os.close(dir_fd)
     return target
+
+
+def report_path_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a report cannot be written at ``path``, or None: checked before the first test, not after the last."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a directory"
+    parent = target.parent
+    if not parent.exists():
+        return f"directory {parent} does not exist"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
+def write_failure_message(path: str | os.PathLike[str], exc: OSError, checkpoint: tuple[int, float] | None) -> str:
+    """The one line for a final report write that failed (a full disk): what was lost and what is kept.
+
+    ``checkpoint`` is (cells, time.time()) of the last checkpoint written, or None; writes are atomic, so a failed
+    write leaves that checkpoint (or whatever file was there before) untouched.
+    """
+    name = os.fspath(path)
+    if checkpoint is None:
+        kept = f"no checkpoint was written, {name} is unchanged"
+    else:
+        at = datetime.fromtimestamp(checkpoint[1]).strftime("%H:%M:%S")
+        kept = f"the last checkpoint ({checkpoint[0]} cells, at {at}) is kept at {name}"
+    return f"gpucompat: could not write {name}: {_one_line(exc.strerror or str(exc))}; {kept}"
 
 
 def write_report_atomic(report: Report, path: str | os.PathLike[str]) -> Path:

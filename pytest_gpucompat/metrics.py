@@ -1,0 +1,100 @@
+"""The figures the shipped suites record, defined once, and how a figure measured over rounds is summarized.
+
+`gpucompat diff --fail-on` and `--gpucompat-compare-fail` check threshold names and signs against this registry
+(so a misspelt metric is an error, not a gate that silently compares nothing), and `docs/ci.md` carries the table
+that `markdown_table()` renders (a test keeps the two equal). Pure: no engine, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+SPREAD_SUFFIX = "_spread"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One recorded figure: which way is better (None: neither, e.g. a count) and its unit."""
+
+    name: str
+    better: Literal["higher", "lower"] | None
+    unit: str
+    suite: str
+    summary: str
+
+
+def spread_name(metric: str) -> str:
+    """Where the relative spread of a figure measured over rounds is recorded: `tokens_per_s` -> `..._spread`."""
+    return metric + SPREAD_SUFFIX
+
+
+def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summary: str) -> tuple[Metric, Metric]:
+    return (
+        Metric(name, better, unit, "smoke", f"{summary}; median of the rounds"),
+        Metric(spread_name(name), "lower", "ratio", "smoke", f"(max - min) / median of `{name}` over the rounds"),
+    )
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens"),
+        *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt"),
+        Metric("rounds", None, "count", "smoke", "measured rounds behind the medians (after one warm-up round)"),
+        Metric("generate_s", "lower", "s", "smoke", "seconds of one 4 x 16 token generation; median of the rounds"),
+        Metric("repeat_request_s", "lower", "s", "smoke", "seconds per repeat of an identical request"),
+        Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference"),
+        Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference"),
+        Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's"),
+        Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
+        Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
+        Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference"),
+        Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory", "memory growth per engine create/destroy"),
+        Metric("device_leak_mib_per_cycle", "lower", "MiB/cycle", "memory", "GPU memory growth per cycle"),
+        Metric("cycles", None, "count", "memory", "create/destroy cycles measured"),
+        Metric("cycle_s", "lower", "s", "memory", "seconds per create/destroy cycle"),
+        Metric("nvml_process_mib_after_last_cycle", "lower", "MiB", "memory", "GPU memory of the process"),
+        Metric("torch_reserved_mib_after_last_cycle", "lower", "MiB", "memory", "memory torch's allocator holds"),
+        Metric("host_rss_mib_after_last_cycle", "lower", "MiB", "memory", "resident host memory"),
+        Metric("device_used_before_mib", None, "MiB", "memory", "GPU memory in use before the engine started"),
+        Metric("process_mib_while_up", "lower", "MiB", "memory", "GPU memory of the engine while it is up"),
+        Metric("device_left_behind_mib", "lower", "MiB", "memory", "GPU memory still used after shutdown"),
+        Metric("start_s", "lower", "s", "harness", "seconds the engine took to start"),
+        Metric("engine_s", "lower", "s", "harness", "seconds spent inside engines for the cell"),
+        Metric("reference_s", "lower", "s", "harness", "seconds spent in the float32 reference for the cell"),
+    )
+}
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / |median|: how far apart the rounds were, as a fraction of the figure.
+
+    The whole range rather than an IQR: with 5 rounds an IQR rests on two or three samples, and the range is the
+    conservative reading of "within noise". 0.0 for one round or identical rounds; inf when the median is 0 and the
+    rounds differ (the report stores that as null).
+    """
+    if not values:
+        raise ValueError("no rounds to summarize")
+    width = max(values) - min(values)
+    middle = abs(statistics.median(values))
+    if width == 0:
+        return 0.0
+    return width / middle if middle else math.inf
+
+
+def round_metrics(name: str, values: Sequence[float]) -> dict[str, float]:
+    """The figures to record for a measurement repeated over rounds: its median and its spread."""
+    return {name: float(statistics.median(values)), spread_name(name): spread(values)}
+
+
+def markdown_table() -> str:
+    """The registry as the Markdown table in docs/ci.md."""
+    rows = ["| metric | better | unit | suite | what |", "|---|---|---|---|---|"]
+    rows += [
+        f"| `{m.name}` | {m.better or '—'} | {m.unit} | {m.suite} | {m.summary} |" for m in METRICS.values()
+    ]
+    return "\n".join(rows) + "\n"
