@@ -7,7 +7,6 @@ never an exception: a machine with no GPU still has a valid fingerprint.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .inputs import bool_field, int_field, load_file, text_field
 from .versions import is_version, normalize_package
 
 SCHEMA = 1
@@ -347,41 +347,28 @@ _TOP_KEYS = {f for f in Fingerprint.__dataclass_fields__} | {"schema", "gpu_coun
 _GPU_KEYS = set(GPU.__dataclass_fields__)
 _LINK_KEYS = set(Link.__dataclass_fields__)
 _VERSION_FIELDS = ("driver", "cuda_driver", "cuda_runtime")
+_TEXT_FIELDS = ("os", "libc", "python", "container", "cuda_visible_devices")
+_NUMBER_TEXT = ("python", "cuda_visible_devices")  # `python: 3.11`, `cuda_visible_devices: 0` mean their text
+_GPU_TEXT = ("name", "uuid", "architecture", "vbios")  # strings only: a GPU named 123 is a mistake
+_GPU_INTS = ("index", "memory_mib", "pcie_generation", "pcie_width")
+_GPU_BOOLS = ("ecc", "mig", "persistence")
+_MAX_GPUS = 4096  # `gpu_count` builds that many GPU records: a what-if count, not a memory bomb
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Fingerprint]:
     """Load a fingerprint or a fleet file (``{fleet: {name: fingerprint}}``); returns name -> fingerprint."""
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
-    data = _parse_text(source, text)
+    data = load_file(path)
     if isinstance(data, Mapping) and "fleet" in data:
         fleet = data["fleet"]
         if not isinstance(fleet, Mapping) or not fleet:
             raise InputError(source, "fleet", "must map runner names to fingerprints")
         extra = set(data) - {"fleet"}
         if extra:
-            raise InputError(source, sorted(extra)[0], "unknown key next to 'fleet'")
+            raise InputError(source, str(sorted(map(str, extra))[0]), "unknown key next to 'fleet'")
         return {str(k): from_dict(v, source, f"fleet.{k}", default_name=str(k)) for k, v in fleet.items()}
     fp = from_dict(data, source, None, default_name=Path(source).stem)
     return {fp.name or Path(source).stem: fp}
-
-
-def _parse_text(source: str, text: str) -> Any:
-    import yaml
-
-    try:
-        if source.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(source, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(source, None, f"invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
 
 
 def _field(prefix: str | None, name: str) -> str:
@@ -390,38 +377,38 @@ def _field(prefix: str | None, name: str) -> str:
 
 def from_dict(data: Any, source: str = "<fingerprint>", prefix: str | None = None,
               default_name: str | None = None) -> Fingerprint:
-    """Validate and build a fingerprint from the full (``env --json``) or the short hand-written form."""
+    """Validate and build a fingerprint from the full (``env --json``) or the short hand-written form.
+
+    Every field is type-checked here, because the matcher and the renderers trust a Fingerprint's types: a GPU
+    name that is a number or a list would otherwise fail deep inside them with an AttributeError.
+    """
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise InputError(source, prefix, "a fingerprint must be a mapping")
-    unknown = set(data) - _TOP_KEYS
+    unknown = set(map(str, data)) - _TOP_KEYS
     if unknown:
         raise InputError(source, _field(prefix, sorted(unknown)[0]), "unknown key")
     values: dict[str, Any] = {}
     for key in _VERSION_FIELDS:
-        value = data.get(key)
+        value = text_field(data.get(key), source, _field(prefix, key))
         if value is not None:
-            value = str(value)
             if not is_version(value):
                 raise InputError(source, _field(prefix, key), f"'{value}' is not a version")
             values[key] = value
+    for key in _TEXT_FIELDS:
+        values[key] = text_field(data.get(key), source, _field(prefix, key), numbers=key in _NUMBER_TEXT)
     gpus_raw = data.get("gpus") or []
     if not isinstance(gpus_raw, list):
         raise InputError(source, _field(prefix, "gpus"), "must be a list of GPUs")
     gpus = tuple(_gpu(g, i, source, _field(prefix, f"gpus[{i}]")) for i, g in enumerate(gpus_raw))
-    if "gpu_count" in data and not gpus_raw:
-        count = data["gpu_count"]
-        if not isinstance(count, int) or count < 0:
-            raise InputError(source, _field(prefix, "gpu_count"), "must be a whole number")
+    count = int_field(data.get("gpu_count"), source, _field(prefix, "gpu_count"))
+    if count is not None and count > _MAX_GPUS:
+        raise InputError(source, _field(prefix, "gpu_count"), f"more than {_MAX_GPUS} GPUs")
     links_raw = data.get("links") or []
     if not isinstance(links_raw, list):
         raise InputError(source, _field(prefix, "links"), "must be a list")
-    links = []
-    for i, link in enumerate(links_raw):
-        if not isinstance(link, Mapping) or set(link) - _LINK_KEYS:
-            raise InputError(source, _field(prefix, f"links[{i}]"), "must be {a, b, kind, path}")
-        links.append(Link(**link))
+    links = tuple(_link(link, source, _field(prefix, f"links[{i}]")) for i, link in enumerate(links_raw))
     interconnect = data.get("interconnect")
     if interconnect is not None and interconnect not in ("pcie", "nvlink"):
         raise InputError(source, _field(prefix, "interconnect"), f"'{interconnect}' is not pcie or nvlink")
@@ -430,56 +417,69 @@ def from_dict(data: Any, source: str = "<fingerprint>", prefix: str | None = Non
         raise InputError(source, _field(prefix, "packages"), "must map package names to versions")
     norm_packages = {}
     for name, version in packages.items():
-        if version is None or not is_version(str(version)):
-            raise InputError(source, _field(prefix, f"packages.{name}"), f"'{version}' is not a version")
-        norm_packages[normalize_package(str(name))] = str(version)
+        where = _field(prefix, f"packages.{name}")
+        text = text_field(version, source, where)
+        if text is None or not is_version(text):
+            raise InputError(source, where, f"'{version}' is not a version")
+        norm_packages[normalize_package(str(name))] = text
     params = data.get("params") or {}
     if not isinstance(params, Mapping):
         raise InputError(source, _field(prefix, "params"), "must be a mapping of engine parameters")
+    for name in params:
+        if not isinstance(name, str):
+            raise InputError(source, _field(prefix, f"params.{name}"), "a parameter name must be a string")
     reasons = data.get("reasons") or []
     if not isinstance(reasons, list):
         raise InputError(source, _field(prefix, "reasons"), "must be a list of strings")
     fp = Fingerprint(
-        name=str(data["name"]) if data.get("name") else default_name,
+        name=text_field(data.get("name"), source, _field(prefix, "name")) or default_name,
         gpus=gpus,
-        links=tuple(links),
+        links=links,
         interconnect=interconnect,
         packages=dict(sorted(norm_packages.items())),
         params=dict(params),
-        reasons=tuple(str(r) for r in reasons),
-        os=data.get("os"),
-        libc=data.get("libc"),
-        python=data.get("python"),
-        container=data.get("container"),
-        cuda_visible_devices=data.get("cuda_visible_devices"),
+        reasons=tuple(str(text_field(r, source, _field(prefix, f"reasons[{i}]"))) for i, r in enumerate(reasons)),
         **values,
     )
-    if "gpu_count" in data and not gpus_raw:
-        fp = replace(fp, gpus=tuple(GPU(index=i, name="unknown GPU") for i in range(data["gpu_count"])))
+    if count is not None and not gpus_raw:
+        fp = replace(fp, gpus=tuple(GPU(index=i, name="unknown GPU") for i in range(count)))
     return fp
 
 
 def _gpu(data: Any, index: int, source: str, where: str) -> GPU:
     if not isinstance(data, Mapping):
         raise InputError(source, where, "a GPU must be a mapping")
-    unknown = set(data) - _GPU_KEYS
+    unknown = set(map(str, data)) - _GPU_KEYS
     if unknown:
         raise InputError(source, f"{where}.{sorted(unknown)[0]}", "unknown key")
-    values = dict(data)
-    values.setdefault("index", index)
-    values.setdefault("name", "unknown GPU")
-    cc = values.get("compute_capability")
-    if cc is not None:
-        cc = str(cc)
-        if not is_version(cc):
-            raise InputError(source, f"{where}.compute_capability", f"'{cc}' is not a compute capability")
-        values["compute_capability"] = cc
-    for key in ("memory_mib", "pcie_generation", "pcie_width"):
-        if values.get(key) is not None and not isinstance(values[key], int):
-            raise InputError(source, f"{where}.{key}", "must be a whole number")
-    if values.get("architecture"):
-        values["architecture"] = str(values["architecture"]).lower()
+    values: dict[str, Any] = {key: text_field(data.get(key), source, f"{where}.{key}", numbers=False)
+                              for key in _GPU_TEXT}
+    values["compute_capability"] = text_field(data.get("compute_capability"), source, f"{where}.compute_capability")
+    values.update({key: int_field(data.get(key), source, f"{where}.{key}") for key in _GPU_INTS})
+    values.update({key: bool_field(data.get(key), source, f"{where}.{key}") for key in _GPU_BOOLS})
+    if values["index"] is None:
+        values["index"] = index
+    values["name"] = values["name"] or "unknown GPU"
+    cc = values["compute_capability"]
+    if cc is not None and not is_version(cc):
+        raise InputError(source, f"{where}.compute_capability", f"'{cc}' is not a compute capability")
+    if values["architecture"]:
+        values["architecture"] = values["architecture"].lower()
     return GPU(**values)
+
+
+def _link(data: Any, source: str, where: str) -> Link:
+    if not isinstance(data, Mapping) or set(map(str, data)) - _LINK_KEYS:
+        raise InputError(source, where, "must be {a, b, kind, path}")
+    for key in ("a", "b", "kind"):
+        if data.get(key) is None:
+            raise InputError(source, f"{where}.{key}", "required")
+    kind = data["kind"]
+    if kind not in ("pcie", "nvlink"):
+        raise InputError(source, f"{where}.kind", f"'{kind}' is not pcie or nvlink")
+    ends = [int_field(data[key], source, f"{where}.{key}") for key in ("a", "b")]
+    return Link(a=int(ends[0] or 0), b=int(ends[1] or 0), kind=kind,
+                path=text_field(data.get("path"), source, f"{where}.path"))
 
 
 def format_text(fp: Fingerprint) -> str:

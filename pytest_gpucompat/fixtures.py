@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -64,13 +68,16 @@ def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
     def flag(id: str, summary: str, severity: str = "degraded", failure: str = "fallback") -> None:
         import warnings
 
+        from .report.model import SEVERITIES
         from .verdicts import Finding
 
+        if severity not in SEVERITIES:  # the report could not be read back
+            raise ValueError(f"gpucompat_flag: severity must be one of {', '.join(SEVERITIES)}, not {severity!r}")
         finding = Finding(id=id, severity=severity, confidence="verified", failure=failure, engine=None,
                           summary=summary, workaround=None, symptom=None, note="measured in this run",
                           claims=(), sources=(("report", "this run"),), action="annotate")
-        if cs is not None:
-            cs.findings = (*cs.findings, finding)
+        if cs is not None:  # travels on the report of every later phase (CellState.payload)
+            cs.flagged = (*cs.flagged, finding)
         warnings.warn(pytest.PytestWarning(f"gpucompat {severity}: [{id}] {summary}"), stacklevel=2)
 
     return flag
@@ -106,13 +113,48 @@ def gpucompat_model(request: pytest.FixtureRequest) -> Path:
         raise pytest.UsageError(f"gpucompat: {exc}") from None
 
 
+def _timeout(config: pytest.Config) -> float:
+    """--gpucompat-timeout, validated when parsed (a positive finite number of seconds)."""
+    return float(config.getoption("gpucompat_timeout", 600.0))
+
+
+def log_dir(config: pytest.Config) -> Path | None:
+    """--gpucompat-log-dir (or ini gpucompat_log_dir, relative to the rootdir): keep every engine log there."""
+    option = config.getoption("gpucompat_log_dir", None)
+    if option:
+        return Path(option).absolute()
+    ini = config.getini("gpucompat_log_dir")
+    return (config.rootpath / str(ini)).absolute() if ini else None
+
+
+def announcer(config: pytest.Config) -> Callable[[str], None]:
+    """One line per engine start and heartbeat, shown even with output capture on: through the terminal reporter
+    in the main process, on stderr in an xdist worker (which the controller passes through)."""
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    worker = getattr(config, "workerinput", None)
+
+    def say(text: str) -> None:
+        disabled = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+        with disabled:
+            if reporter is not None and worker is None:
+                reporter.write_line(f"gpucompat: {text}")
+            else:
+                prefix = f"[{worker.get('workerid', 'worker')}] " if isinstance(worker, dict) else ""
+                sys.__stderr__.write(f"{prefix}gpucompat: {text}\n")
+                sys.__stderr__.flush()
+
+    return say
+
+
 @pytest.fixture(scope="session")
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
     from .engines.isolation import EnginePool
 
-    timeout = float(pytestconfig.getoption("gpucompat_timeout", 600.0) or 600.0)
-    pool = EnginePool(start_timeout_s=timeout, call_timeout_s=timeout)
+    timeout = _timeout(pytestconfig)
+    pool = EnginePool(log_dir(pytestconfig), start_timeout_s=timeout, call_timeout_s=timeout,
+                      progress=announcer(pytestconfig))
     try:
         yield pool
     finally:
@@ -180,6 +222,15 @@ class _Timed:
         self._engine.shutdown()
 
 
+def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
+    """Fail the cell with the engine's reason, where its log is kept and the log's last lines."""
+    from .engines.isolation import failure_text
+
+    if cs is not None:
+        cs.log_tail, cs.engine_failed = exc.log_tail or None, True
+    pytest.fail(failure_text(what, exc), pytrace=False)
+
+
 def start_engine(
     request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec, record: bool = True,
     cache: dict[Any, Any] | None = None,
@@ -198,11 +249,11 @@ def start_engine(
         pytest.skip(f"{spec.engine} unavailable: {exc}")
     except EngineFailed as exc:
         _add_engine_time(cs, time.perf_counter() - t0, part)
-        if cs is not None:
-            cs.log_tail = exc.log_tail or None
-            cs.engine_failed = True
-        tail = f"\n--- {spec.engine} log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
-        pytest.fail(f"{spec.engine} failed: {exc.message}{tail}", pytrace=False)
+        failure = exc
+    else:
+        failure = None
+    if failure is not None:  # out of the except block: the cell's failure is this message alone, no chain
+        _fail_cell(cs, spec.engine, failure)
     _add_engine_time(cs, time.perf_counter() - t0, part)  # near 0 when the pool already had it started
     if cs is not None and record:
         cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
@@ -220,25 +271,35 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     from .engines import missing_module
     from .engines.isolation import run_in_child
 
-    timeout = float(request.config.getoption("gpucompat_timeout", 600.0) or 600.0)
+    timeout = _timeout(request.config)
     cs = _cell_state(request)
+    keep_in = log_dir(request.config)
+    say = announcer(request.config)
+    calls = [0]
 
     def run(fn: Callable[..., Any], *args: Any) -> Any:
         for spec in (a for a in args if isinstance(a, EngineSpec)):  # a child would only find out the same
             missing = missing_module(spec.engine, spec.params)
             if missing is not None:
                 pytest.skip(f"unavailable: {missing}")
+        name = getattr(fn, "__name__", "call")
+        calls[0] += 1
+        log_path = None
+        if keep_in is not None:  # one file per call, per test, per xdist worker
+            digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            log_path = keep_in / f"{name}-{digest}-{worker}-{calls[0]}.log"
         t0 = time.perf_counter()
+        failure: EngineFailed | None = None
         try:
-            result = run_in_child(fn, *args, timeout_s=timeout)
+            result = run_in_child(fn, *args, timeout_s=timeout, log_path=log_path, progress=say)
         except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
             pytest.skip(f"unavailable: {exc}")
         except EngineFailed as exc:
+            failure = exc
+        if failure is not None:  # out of the except block: the cell's failure is this message alone, no chain
             _add_engine_time(cs, time.perf_counter() - t0)
-            if cs is not None:
-                cs.log_tail, cs.engine_failed = exc.log_tail or None, True
-            tail = f"\n--- child log, last lines ---\n{exc.log_tail}" if exc.log_tail else ""
-            pytest.fail(f"{getattr(fn, '__name__', 'call')} failed: {exc.message}{tail}", pytrace=False)
+            _fail_cell(cs, name, failure)
         _add_engine_time(cs, time.perf_counter() - t0)  # a whole engine life: process, start, calls, shutdown
         return result
 

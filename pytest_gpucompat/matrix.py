@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import InputError
 from .fingerprint import Fingerprint
+from .inputs import load_file
 from .paths import matrices_dir
 from .rules import Facts
 from .versions import matches, normalize_package, parse_specifier
@@ -23,6 +24,7 @@ from .versions import matches, normalize_package, parse_specifier
 _MARKER_KEYS = {"engine", "params", "axes", "matrix"}
 _FINGERPRINT_AXES = ("driver", "cuda_driver", "cuda_runtime", "compute_capability")
 _GLOB_AXES = ("gpu", "arch")
+MAX_CELLS = 100_000  # cells of one block: far above a real matrix, far below what exhausts the memory
 
 
 @dataclass(frozen=True)
@@ -56,22 +58,32 @@ def _as_list(value: Any) -> list[Any]:
 
 def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[Cell]:
     """Cartesian product over engines, parameter values and axis values; order follows the data."""
-    unknown = set(block) - (_MARKER_KEYS - {"matrix"})
+    unknown = set(map(str, block)) - (_MARKER_KEYS - {"matrix"})
     if unknown:
         raise InputError(source, f"{where}.{sorted(unknown)[0]}", "unknown key (engine, params, axes)")
     engines = _as_list(block.get("engine") or [])
     if not engines:
         raise InputError(source, f"{where}.engine", "required: an engine name or a list of them")
+    for i, engine in enumerate(engines):
+        if not isinstance(engine, str):
+            raise InputError(source, f"{where}.engine[{i}]", f"an engine name must be a string, not {engine!r:.40}")
     params = block.get("params") or {}
     axes = block.get("axes") or {}
     for name, value in (("params", params), ("axes", axes)):
         if not isinstance(value, Mapping):
             raise InputError(source, f"{where}.{name}", "must be a mapping of name -> list of values")
     for axis, values in axes.items():
+        if not isinstance(axis, str):
+            raise InputError(source, f"{where}.axes.{axis}", "an axis name must be a string")
         for v in _as_list(values):
             _check_axis(axis, v, source, f"{where}.axes.{axis}")
     p_names = list(params)
     a_names = list(axes)
+    count = len(engines)
+    for values in [*(params[n] for n in p_names), *(axes[n] for n in a_names)]:
+        count *= len(_as_list(values))
+        if count > MAX_CELLS:  # checked before expanding: 20 parameters of 10 values would never finish
+            raise InputError(source, where, f"expands to more than {MAX_CELLS} cells")
     cells = []
     for engine in engines:
         for p_values in itertools.product(*(_as_list(params[n]) for n in p_names)):
@@ -92,16 +104,11 @@ def _check_axis(axis: str, value: Any, source: str, where: str) -> None:
 
 @lru_cache(maxsize=4)
 def load_named_matrices(path: str | None = None) -> dict[str, tuple[Cell, ...]]:
-    import yaml
-
     file = Path(path) if path else matrices_dir() / "matrices.yaml"
     source = str(file)
     if not file.exists():
         return {}
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise InputError(source, None, f"invalid YAML: {exc}") from None
+    data = load_file(file, "yaml") or {}
     matrices = data.get("matrices") if isinstance(data, Mapping) else None
     if not isinstance(matrices, Mapping):
         raise InputError(source, "matrices", "a mapping of matrix name -> list of blocks is required")

@@ -6,6 +6,7 @@ text keys); what is tested is this package's client: requests, parsing, process-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -41,6 +42,8 @@ print(f"fake server pid {os.getpid()} port {PORT} mode {MODE}", flush=True)
 if MODE == "exit_at_start":
     print("fake server: cannot load the model", flush=True)
     sys.exit(2)
+if MODE == "import_error":
+    import gpucompat_no_such_server_module  # noqa: F401
 if args.get("grandchild"):
     g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     print(f"fake server grandchild {g.pid}", flush=True)
@@ -234,12 +237,19 @@ def test_http_error_is_a_failed_call(run_server, model_dir: Path) -> None:
         engine.shutdown()
 
 
-def test_unreachable_endpoint_times_out(model_dir: Path) -> None:
-    engine = OpenAIEngine()
-    port = free_port()
-    with pytest.raises(EngineFailed, match=f"endpoint http://127.0.0.1:{port} not ready after 1 s"):
-        engine.start(EngineSpec("openai", str(model_dir), {"endpoint": f"http://127.0.0.1:{port}",
-                                                          "startup_timeout_s": 1}))
+def test_refused_endpoint_fails_within_seconds(model_dir: Path) -> None:
+    """Nothing listens there: say so at once, not after the whole start-up timeout."""
+    began = time.monotonic()
+    with pytest.raises(EngineFailed, match=r"^connection refused: http://127.0.0.1:9$"):
+        OpenAIEngine().start(EngineSpec("openai", str(model_dir), {"endpoint": "http://127.0.0.1:9/v1"}))
+    assert time.monotonic() - began < 10
+
+
+def test_endpoint_that_never_gets_ready_times_out(run_server, model_dir: Path) -> None:
+    port, _ = run_server(mode="never_ready")
+    with pytest.raises(EngineFailed, match=rf"^endpoint http://127.0.0.1:{port} not ready after 1 s \(HTTP 503\)$"):
+        OpenAIEngine().start(EngineSpec("openai", str(model_dir), {"endpoint": f"http://127.0.0.1:{port}",
+                                                                  "startup_timeout_s": 1}))
 
 
 def _launch_params(script: Path, **args: str) -> dict:
@@ -288,6 +298,59 @@ def test_server_exiting_at_start_up(server_script: Path, model_dir: Path) -> Non
         engine.start(EngineSpec("openai", str(model_dir), _launch_params(server_script, mode="exit_at_start")))
     assert "cannot load the model" in failure.value.log_tail
     engine.shutdown()
+
+
+def test_server_failure_reason_is_its_own_last_error(server_script: Path, model_dir: Path) -> None:
+    engine = OpenAIEngine()
+    with pytest.raises(EngineFailed) as failure:
+        engine.start(EngineSpec("openai", str(model_dir), _launch_params(server_script, mode="import_error")))
+    assert failure.value.message == ("ModuleNotFoundError: No module named 'gpucompat_no_such_server_module' "
+                                     "(server exited with status 1 during start-up)")
+    assert failure.value.log_path and "Traceback" in Path(failure.value.log_path).read_text()
+    engine.shutdown()
+
+
+PARENT_OF_A_SERVER = """
+import sys, time
+from pytest_gpucompat.engines.base import EngineSpec
+from pytest_gpucompat.engines.isolation import IsolatedEngine
+from pytest_gpucompat.engines.openai import OpenAIEngine
+
+params = {params!r}
+if {isolated!r}:
+    engine = IsolatedEngine("openai", log_path={log!r}, start_timeout_s=60)
+else:
+    params["log_path"] = {log!r} + ".command-server.log"
+    engine = OpenAIEngine()
+engine.start(EngineSpec("openai", {model!r}, params))
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["in-isolated-child", "in-this-process"])
+def test_server_dies_with_whoever_started_it_even_on_sigkill(server_script: Path, model_dir: Path, tmp_path: Path,
+                                                             isolated: bool) -> None:
+    """SIGKILL of the process that started the server (pytest, an xdist worker or an isolated child): the server
+    goes too (PR_SET_PDEATHSIG); from an isolated child, the child's watchdog also kills the server's group."""
+    log = str(tmp_path / "parent.log")
+    code = PARENT_OF_A_SERVER.format(params=_launch_params(server_script, grandchild="1"), isolated=isolated,
+                                     log=log, model=str(model_dir))
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == b"started\n"
+        text = Path(log + ".command-server.log").read_text()
+        server = int(text.split("fake server pid ")[1].split()[0])
+        grandchild = int(text.split("fake server grandchild ")[1].split()[0])
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_dead(server)
+    if isolated:
+        assert wait_dead(grandchild)  # the server's whole group
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, 9)  # only the server itself has the parent-death signal
 
 
 def test_server_never_ready_is_killed(server_script: Path, model_dir: Path) -> None:

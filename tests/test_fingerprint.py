@@ -180,7 +180,7 @@ def test_bad_fingerprints_name_the_field(tmp_path, text, message):
 
 
 def test_missing_file_is_one_line(tmp_path):
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="no such file"):
         fpmod.load(tmp_path / "nope.yaml")
 
 

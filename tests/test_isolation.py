@@ -7,6 +7,7 @@ tested is the isolation, not an engine: a real hang, a real SIGSEGV, real fd-lev
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,20 @@ from _procs import dead
 from pytest_gpucompat.engines import Unsupported
 from pytest_gpucompat.engines import isolation as iso
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from pytest_gpucompat.engines.isolation import EnginePool, IsolatedEngine, log_tail, run_in_child
+from pytest_gpucompat.engines.isolation import (
+    EnginePool,
+    IsolatedEngine,
+    ProcessGroup,
+    exit_status,
+    failure_reason,
+    is_ours,
+    last_error,
+    log_tail,
+    positive_seconds,
+    process_group,
+    run_in_child,
+    state_dir,
+)
 
 FAKE = f"{__name__}:FakeEngine"
 
@@ -87,6 +101,10 @@ def measure(kind: str, value: int = 0) -> int:
         raise EngineUnavailable("no GPU for this measurement")
     if kind == "error":
         raise ValueError("bad measurement")
+    if kind == "assert":
+        assert value == 1
+    if kind == "sleep":
+        time.sleep(value)
     return value * 2 if kind == "double" else os.getpid()
 
 
@@ -327,3 +345,176 @@ def test_log_tail(tmp_path: Path) -> None:
     assert log_tail(log).splitlines()[0] == "line 60"
     assert log_tail(tmp_path / "missing.log") == ""
     assert log_tail(None) == ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What may be killed: only groups we started, known in memory, checked against their leader's start time
+
+
+def _decoy_group() -> subprocess.Popen[bytes]:
+    """A process group that is not the run's: what another local user would like a root CI run to kill."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+
+
+def test_a_planted_pgids_file_is_never_read(engine: IsolatedEngine) -> None:
+    """Another user creates <log>.pgids in a shared /tmp (we cannot even unlink it there): nothing in it is killed."""
+    decoy = _decoy_group()
+    try:
+        engine.start(spec())
+        Path(str(engine.log_path) + ".pgids").write_text(f"{decoy.pid}\n")
+        engine.shutdown()
+        time.sleep(0.3)
+        assert decoy.poll() is None and not dead(decoy.pid), "a group named in a file we did not write was killed"
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_only_groups_with_their_leaders_start_time_are_ours() -> None:
+    decoy = _decoy_group()
+    try:
+        group = process_group(decoy.pid)
+        assert group.start is not None and is_ours(group)
+        assert not is_ours(ProcessGroup(decoy.pid, group.start + 1))  # the pid now names another process
+        assert not is_ours(ProcessGroup(1, None)) and not is_ours(ProcessGroup(decoy.pid, None))
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_state_lives_in_a_private_directory(tmp_path: Path) -> None:
+    from pytest_gpucompat.engines.isolation import _check_private
+
+    private = state_dir()
+    info = os.lstat(private)
+    assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
+    assert IsolatedEngine(FAKE).log_path.parent == private  # no more logs (or state) loose in a shared /tmp
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="not a private directory"):
+        _check_private(shared)
+    (tmp_path / "link").symlink_to(private)
+    with pytest.raises(PermissionError):
+        _check_private(tmp_path / "link")
+
+
+def test_logs_are_removed_at_exit_unless_their_engine_failed(tmp_path: Path) -> None:
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_isolation import measure
+from pytest_gpucompat.engines.base import EngineFailed
+from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child, state_dir
+print(state_dir())
+ok = IsolatedEngine("hf")
+print(ok.log_path)
+run_in_child(measure, "double", value=1)
+try:
+    run_in_child(measure, "error")
+except EngineFailed as exc:
+    print(exc.log_path)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    private, unused_log, failed_log = (Path(line) for line in out.stdout.split())
+    assert failed_log.parent == private and "bad measurement" in failed_log.read_text()
+    assert sorted(p.name for p in private.iterdir()) == [failed_log.name]
+    assert not unused_log.exists()
+    failed_log.unlink()
+    private.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Saying what happens: start announcements and heartbeats
+
+
+def test_announcements_and_heartbeats(tmp_path: Path) -> None:
+    said: list[str] = []
+    log = tmp_path / "m.log"
+    run_in_child(measure, "sleep", value=2, log_path=log, timeout_s=30, progress=said.append, heartbeat_s=0.3)
+    assert said[0] == f"running measure() in a child process (timeout 30 s), log: {log}"
+    assert len(said) >= 3 and all(s.startswith("still running measure() (") for s in said[1:])
+    assert said[1].endswith(f"of 30 s), log: {log}")
+    said.clear()
+    with EnginePool(tmp_path, start_timeout_s=30, progress=said.append) as pool:
+        pool.get(spec("a"))
+    assert said == [f"starting {FAKE} on unused {{mode='a'}} (timeout 30 s), log: {pool.log_path(spec('a'))}"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reason of a failure: the engine's own last error
+
+
+UVICORN = """\
+INFO 01-02 03:04:05 [__init__.py:239] Automatically detected platform cuda.
+Traceback (most recent call last):
+  File "/usr/bin/vllm", line 5, in <module>
+    from vllm.entrypoints.cli.main import main
+  File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py", line 20, in <module>
+    import uvicorn
+ModuleNotFoundError: No module named 'uvicorn'"""
+
+VLLM_ROOT_CAUSE_ABOVE = """\
+(EngineCore_DP0 pid=4242) ERROR 01-02 03:04:05 [core.py:708] EngineCore failed to start.
+(EngineCore_DP0 pid=4242) ERROR 01-02 03:04:05 [core.py:708] Traceback (most recent call last):
+(EngineCore_DP0 pid=4242) ERROR 01-02 03:04:05 [core.py:708]   File "/x/vllm/v1/engine/core.py", line 699, in run
+(EngineCore_DP0 pid=4242) ERROR 01-02 03:04:05 [core.py:708]     engine_core = EngineCoreProc(*args, **kwargs)
+(EngineCore_DP0 pid=4242) ERROR 01-02 03:04:05 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. \
+Tried to allocate 2.00 GiB.
+Traceback (most recent call last):
+  File "/usr/bin/vllm", line 8, in <module>
+    sys.exit(main())
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"""
+
+BARE_ASSERT = """\
+[2025-01-02 03:04:05 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/site-packages/sglang/srt/managers/scheduler.py", line 2150, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)
+  File "/x/site-packages/sglang/srt/model_executor/model_runner.py", line 312, in init_torch_distributed
+    assert self.total_gpu_memory > min_per_gpu_memory
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+AssertionError"""
+
+SEGFAULT = """\
+about to segfault
+Fatal Python error: Segmentation fault
+
+Current thread 0x00007f0000000000 (most recent call first):
+  File "/tmp/t.py", line 12 in generate"""
+
+
+@pytest.mark.parametrize(("tail", "expected"), [
+    (UVICORN, "ModuleNotFoundError: No module named 'uvicorn'"),
+    (VLLM_ROOT_CAUSE_ABOVE, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+    (BARE_ASSERT, "AssertionError at sglang/srt/model_executor/model_runner.py:312: "
+                  "assert self.total_gpu_memory > min_per_gpu_memory"),
+    (SEGFAULT, None),
+    ("fake server: cannot load the model\nINFO:     Waiting for application startup.", None),
+    ("", None),
+])
+def test_last_error(tail: str, expected: str | None) -> None:
+    assert last_error(tail) == expected
+
+
+def test_failure_reason_puts_the_engines_error_first() -> None:
+    assert failure_reason("server exited with status 1 during start-up", UVICORN) == (
+        "ModuleNotFoundError: No module named 'uvicorn' (server exited with status 1 during start-up)")
+    assert failure_reason("server died: SIGKILL", "no error here") == "server died: SIGKILL"
+    assert exit_status(-11) == "engine process died: SIGSEGV"
+    assert exit_status(1, "server") == "server exited with status 1"
+    assert exit_status(None, "server") == "server stopped answering"
+
+
+def test_a_bare_assertion_in_the_child_names_its_line(tmp_path: Path) -> None:
+    with pytest.raises(EngineFailed) as failure:
+        run_in_child(measure, "assert", value=2, log_path=tmp_path / "a.log")
+    assert re.fullmatch(r"measure\(\) raised AssertionError at .*test_isolation\.py:\d+: assert value == 1",
+                        failure.value.message), failure.value.message
+    assert failure.value.log_path == str(tmp_path / "a.log")
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "0", "-5", "abc", ""])
+def test_timeouts_must_be_positive_seconds(text: str) -> None:
+    with pytest.raises(ValueError, match=f"^must be a positive number of seconds, got '{text}'$"):
+        positive_seconds(text)
+    assert positive_seconds("2.5") == 2.5

@@ -14,10 +14,11 @@ class EngineUnavailable(Exception):
 class EngineFailed(Exception):
     """The engine crashed, hung or raised: the cell fails with this message and the engine's last log lines."""
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", log_path: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.log_tail = log_tail
+        self.log_path = log_path  # the engine's whole log, kept after the run
 
 
 @dataclass(frozen=True)

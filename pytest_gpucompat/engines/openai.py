@@ -1,7 +1,9 @@
 """OpenAI-compatible HTTP servers, through `requests`: a given endpoint, or a server started here.
 
-Servers it can start on 127.0.0.1 and a free port, each in its own process group (start_new_session=True), output
-to a log file, readiness polled on GET /v1/models, killed with its group at shutdown (SIGTERM, then SIGKILL):
+Servers it can start on 127.0.0.1 and a free port, each in its own process group (start_new_session=True) that dies
+with whoever started it (PR_SET_PDEATHSIG; inside an isolated child the group is registered with the child), output
+to a log file, readiness polled on GET /v1/models, killed with its group at shutdown (SIGTERM, then SIGKILL) by
+isolation's one group killer. A given endpoint that refuses connections fails at once ("connection refused: URL"):
 - vllm:         `vllm serve DIR --host H --port P ...` (vllm/entrypoints/cli/serve.py; EngineArgs fields as
                 `--dashed-flags`, booleans as BooleanOptionalAction);
 - sglang:       `python -m sglang.launch_server --model-path DIR --host H --port P ...` (ServerArgs fields as
@@ -32,11 +34,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +44,16 @@ from typing import Any
 
 from . import Unsupported, engine_params, one_line, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from .isolation import (
+    ProcessGroup,
+    death_signal_preexec,
+    engine_failed,
+    exit_status,
+    kill_groups,
+    process_group,
+    register_process_group,
+    side_file,
+)
 
 SERVERS = ("vllm", "sglang", "tensorrt-llm", "command")
 _SERVER_ALIASES = {"trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
@@ -72,6 +82,8 @@ _TRTLLM_CLI = {
     "free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction", "trust_remote_code", "revision",
     "num_postprocess_workers", "reasoning_parser", "chat_template",
 }
+ENDPOINT_REFUSED_GRACE_S = 3.0
+"""How long a given endpoint may refuse connections before its start fails (a server still binding its port)."""
 _TOKEN_ID_KEY = re.compile(r"^token_id:(-?\d+)$")
 _VLLM_LOG = {
     "dtype": re.compile(r"\bdtype=torch\.(\w+)"),
@@ -121,6 +133,7 @@ class OpenAIEngine:
         self._model_name = ""
         self._flavor = "openai"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._group: ProcessGroup | None = None
         self._log_path: Path | None = None
         self._host = "127.0.0.1"
         self._port: int | None = None
@@ -193,7 +206,7 @@ class OpenAIEngine:
         env = dict(os.environ)
         for key, value in _SERVER_ENV_DEFAULTS[server].items():
             env.setdefault(key, value)
-        self._log_path = Path(params["log_path"]) if params.get("log_path") else _server_log_path(server)
+        self._log_path = Path(params["log_path"]) if params.get("log_path") else side_file(f"{server}-server")
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as log:
             log.write(("[gpucompat] " + " ".join(cmd) + "\n").encode())
@@ -201,12 +214,11 @@ class OpenAIEngine:
             try:
                 self._proc = subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, env=env,
+                    start_new_session=True, env=env, preexec_fn=death_signal_preexec(),
                 )
             except OSError as exc:
                 raise EngineUnavailable(f"openai: cannot run {cmd[0]}: {one_line(exc)}") from None
-        from .isolation import register_process_group
-
+        self._group = process_group(self._proc.pid)
         register_process_group(self._proc.pid)
         _STARTED.append(self)
 
@@ -245,40 +257,47 @@ class OpenAIEngine:
         yaml_part = {k: v for k, v in settings.items() if k not in _TRTLLM_CLI}
         cmd = [exe, model, "--host", host, "--port", port, *cli_flags(cli, "underscore")]
         if yaml_part:
-            fd, path = tempfile.mkstemp(prefix="gpucompat-trtllm-", suffix=".yaml")
-            with os.fdopen(fd, "w") as fh:
-                import yaml
+            import yaml
 
-                yaml.safe_dump(yaml_part, fh)
-            self._tmp_files.append(path)
-            cmd += ["--extra_llm_api_options", path]
+            path = side_file("trtllm-options", ".yaml")
+            path.write_text(yaml.safe_dump(yaml_part))
+            self._tmp_files.append(str(path))
+            cmd += ["--extra_llm_api_options", str(path)]
         return cmd
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+        """Poll GET /v1/models until the server answers; a server of ours that exits, or a given endpoint that
+        keeps refusing connections for ENDPOINT_REFUSED_GRACE_S, fails the start at once."""
+        began = time.monotonic()
+        deadline = began + timeout_s
         last_error = "no answer"
         while True:
             if self._proc is not None and self._proc.poll() is not None:
-                raise EngineFailed(f"{self._exit_reason()} during start-up", log_tail=self._tail())
+                raise self._failed(f"{self._exit_reason()} during start-up")
+            refused = False
             try:
                 resp = self._session.get(f"{self._base}/v1/models", timeout=5)
                 if resp.status_code == 200:
                     data = resp.json().get("data") or []
                     if not self._model_name:
                         if not data:
-                            raise EngineFailed("openai: /v1/models lists no model", log_tail=self._tail())
+                            raise self._failed("openai: /v1/models lists no model", with_error=False)
                         self._model_name = str(data[0].get("id"))
                     return
                 last_error = f"HTTP {resp.status_code}"
             except EngineFailed:
                 raise
             except Exception as exc:
-                last_error = one_line(exc)
-            if time.monotonic() >= deadline:
-                tail = self._tail()
+                last_error, refused = one_line(exc), _refused(exc)
+            now = time.monotonic()
+            if refused and self._proc is None and now - began >= min(ENDPOINT_REFUSED_GRACE_S, timeout_s):
+                raise EngineFailed(f"connection refused: {self._base}")
+            if now >= deadline:
+                failure = self._failed(
+                    f"{'server' if self._proc is not None else f'endpoint {self._base}'} not ready after "
+                    f"{timeout_s:g} s ({last_error})", with_error=False)
                 self._kill_server()
-                where = "server" if self._proc is not None else f"endpoint {self._base}"
-                raise EngineFailed(f"{where} not ready after {timeout_s:g} s ({last_error})", log_tail=tail)
+                raise failure
             time.sleep(0.5 if self._proc is not None else 0.2)
 
     def _run_info(self, server: str | None, start_s: float) -> RunInfo:
@@ -334,17 +353,17 @@ class OpenAIEngine:
         if self._session is None:
             raise EngineFailed("openai: engine not started")
         if self._proc is not None and self._proc.poll() is not None:
-            raise EngineFailed(self._exit_reason(), log_tail=self._tail())
+            raise self._failed(self._exit_reason())
         try:
             resp = self._session.post(f"{self._base}{path}", json=dict(body), timeout=self._request_timeout)
         except Exception as exc:
             time.sleep(0.2)
             if self._proc is not None and self._proc.poll() is not None:
-                raise EngineFailed(self._exit_reason(), log_tail=self._tail()) from None
-            raise EngineFailed(f"openai: {path} failed: {one_line(exc)}", log_tail=self._tail()) from None
+                raise self._failed(self._exit_reason()) from None
+            raise self._failed(f"openai: {path} failed: {one_line(exc)}", with_error=False) from None
         if resp.status_code != 200:
             text = resp.text.strip().replace("\n", " ")
-            raise EngineFailed(f"openai: {path} answered HTTP {resp.status_code}: {text[:300]}", log_tail=self._tail())
+            raise self._failed(f"openai: {path} answered HTTP {resp.status_code}: {text[:300]}", with_error=False)
         try:
             return resp.json()
         except ValueError:
@@ -449,18 +468,10 @@ class OpenAIEngine:
         self._tmp_files.clear()
 
     def _kill_server(self, grace_s: float = 15.0) -> None:
-        proc = self._proc
-        if proc is None:
+        proc, group = self._proc, self._group
+        if proc is None or group is None:
             return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-                os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=wait)
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                break
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_groups([group], grace_s, alive=lambda: proc.poll() is None)
         if self._port is not None:
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and _port_open(self._host, self._port):
@@ -469,21 +480,11 @@ class OpenAIEngine:
             _STARTED.remove(self)
 
     def _exit_reason(self) -> str:
-        code = self._proc.poll() if self._proc is not None else None
-        if code is None:
-            return "server is not answering"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"server died: {name}"
-        return f"server exited with status {code}"
+        return exit_status(self._proc.poll() if self._proc is not None else None, "server")
 
-    def _tail(self, n: int = 40) -> str:
-        from .isolation import log_tail
-
-        return log_tail(self._log_path, n) if self._log_path is not None else ""
+    def _failed(self, status: str, with_error: bool = True) -> EngineFailed:
+        """A failure with the server's log (its last error line first in the reason, when `with_error`)."""
+        return engine_failed(status, self._log_path, with_error=with_error)
 
 
 _STARTED: list[OpenAIEngine] = []
@@ -512,23 +513,19 @@ def _require_module(module: str) -> None:
         raise EngineUnavailable(f"openai: cannot start a {module} server: No module named {module!r}")
 
 
-def _server_log_path(server: str) -> Path:
-    """Next to the isolation log when running isolated, else a temporary file."""
-    pgid_file = os.environ.get("GPUCOMPAT_PGID_FILE")
-    if pgid_file:
-        base = pgid_file[: -len(".pgids")] if pgid_file.endswith(".pgids") else pgid_file
-        return Path(base + f".{server}-server.log")
-    fd, path = tempfile.mkstemp(prefix=f"gpucompat-{server}-server-", suffix=".log")
-    os.close(fd)
-    return Path(path)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError, OSError):
-        return False
-    return True
+def _refused(exc: BaseException) -> bool:
+    """Whether a request failed because nothing listens there (ECONNREFUSED anywhere in the exception chain)."""
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ConnectionRefusedError):
+            return True
+        todo += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
+    return "connection refused" in str(exc).lower()
 
 
 def _grep_log(path: Path) -> dict[str, str]:

@@ -7,14 +7,28 @@ end, also on Ctrl-C, so nothing that ran is lost.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..state import NOT_COVERED, RunState
+from ..state import NOT_COVERED, RunState, cell_key
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, so the report path is not guarded
+    fcntl = None  # type: ignore[assignment]
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
@@ -22,6 +36,10 @@ _CHECKPOINT_S = 5.0
 _CHECKPOINT_SHARE = 0.05
 _WRITE_S_PER_CELL = 50e-6  # what a checkpoint costs per cell until one has been timed
 _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
+# the phase a worker died in, from the cell's "when": None after a setup that passed, "setup" after one that did not
+_NEXT_PHASE = {None: "call", "setup": "teardown", "call": "teardown", "teardown": "teardown"}
+_CELLS_DIR = "gpucompat_cells_dir"  # workerinput key: where xdist workers leave their collected cells
+_REAPED_S = 3.0  # how long a dead worker's exit status may take to be there
 
 
 class ReportCollector:
@@ -29,38 +47,79 @@ class ReportCollector:
         self.config = config
         self.state = state
         self.path: str | None = config.getoption("gpucompat_report", None)
+        if self.path:
+            from .model import report_path_problem
+
+            problem = report_path_problem(self.path)
+            if problem:
+                raise pytest.UsageError(f"gpucompat: --gpucompat-report {self.path}: {problem}")
+        self._lock = ReportLock(self.path) if self.path else None
+        self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self.cells: dict[str, dict[str, Any]] = {}
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._last_write = time.monotonic()
         self._write_s_per_cell = _WRITE_S_PER_CELL  # measured by each write
         self.diff_text: str | None = None
+        self._cells_dir: str | None = None  # made for the first xdist worker
+        self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
+        self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
 
     # ------------------------------------------------------------------ collecting
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
-        crashed = report.failed and "crashed" in (report.longreprtext or "") and payload is None
-        if payload is None and not crashed:
-            return
+        crash = self._crashes.pop(report.nodeid, None)
+        if crash is not None:
+            self._crashed(report, crash)
+        else:
+            payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
+            if payload is None:
+                return
+            self._add(report, payload)
+        if self.path and self._checkpoint_due():
+            self.write(partial=True)
+
+    def _add(self, report: pytest.TestReport, payload: dict[str, Any]) -> None:
         cell = self.cells.get(report.nodeid)
         if cell is None:
-            cell = self._new_cell(report, payload or {})
-            self.cells[report.nodeid] = cell
-        elif payload is not None:
+            cell = self.cells[report.nodeid] = self._new_cell(report, payload)
+        else:
             cell["metrics"].update(payload.get("metrics") or {})
             if payload.get("log_tail"):
                 cell["log_tail"] = payload["log_tail"]
             cell["info"] = payload.get("info") or cell.get("info", {})
+            # each phase's payload has every finding so far: those flagged while the test ran come with the later ones
+            cell["rules"], cell["findings"] = payload.get("rules") or [], payload.get("findings") or []
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
-        outcome, reason = _outcome(report, payload or {})
+        outcome, reason = _outcome(report, payload)
         if outcome is not None and _should_replace(cell, report.when, outcome):
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
-        if crashed:
-            cell["outcome"], cell["reason"] = "failed", _first_line(report.longreprtext)
-        if self.path and self._checkpoint_due():
-            self.write(partial=True)
+
+    def _crashed(self, report: pytest.TestReport, reason: str) -> None:
+        """xdist's report of an item whose worker died: it carries no payload, so a cell that sent no report yet
+        takes its engine, params and findings from what its worker collected."""
+        cell = self.cells.get(report.nodeid)
+        when = "setup" if cell is None else _NEXT_PHASE[cell.get("when")]
+        if cell is None:
+            payload = self._collected_payload(_worker_id(report), report.nodeid)
+            if payload is None:  # a test that is no cell of a matrix
+                return
+            cell = self.cells[report.nodeid] = self._new_cell(report, payload)
+        cell["outcome"], cell["reason"], cell["when"] = "failed", reason, when
+
+    def _collected_payload(self, worker: str | None, nodeid: str) -> dict[str, Any] | None:
+        """The payload ``share_cells`` left for ``nodeid``: None when it is no cell, ``{}`` when nothing was left
+        (a cell with nodeid and outcome only, rather than none)."""
+        key = str(worker)
+        if key not in self._worker_cells:
+            try:
+                cells = json.loads((Path(self._cells_dir or "") / f"{key}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                cells = None
+            self._worker_cells[key] = cells if isinstance(cells, dict) else None
+        cells = self._worker_cells[key]
+        return {} if cells is None else cells.get(nodeid)
 
     def _checkpoint_due(self) -> bool:
         """Every _CHECKPOINT_S, or less often when writing the report would take more than _CHECKPOINT_SHARE of the
@@ -83,12 +142,17 @@ class ReportCollector:
             "metrics": dict(payload.get("metrics") or {}),
             "duration_s": 0.0,
             "log_tail": payload.get("log_tail"),
-            "worker": getattr(report, "node", None)
-            and getattr(report.node, "gateway", None)
-            and report.node.gateway.id,
+            "worker": _worker_id(report),
             "info": payload.get("info") or {},
             "gpu": payload.get("gpu"),
         }
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Give each xdist worker a place to leave its collected cells (see ``share_cells``)."""
+        if self._cells_dir is None:
+            self._cells_dir = tempfile.mkdtemp(prefix="gpucompat-cells-")
+        node.workerinput[_CELLS_DIR] = self._cells_dir
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -96,6 +160,23 @@ class ReportCollector:
         fp = output.get("gpucompat_fingerprint")
         if fp:
             self.worker_fingerprints[str(output.get("workerid", node.gateway.id))] = fp
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """The item a worker died running: its report (failed, no payload) comes next to pytest_runtest_logreport.
+        xdist only knows that the worker's channel closed: its exit status says how it died, here and on the
+        terminal."""
+        how = _how_it_died(getattr(report, "node", None))
+        self._crashes[crashitem] = f"worker crashed: {_worker_id(report)} {how}"
+        if isinstance(report.longrepr, str):
+            report.longrepr = f"{report.longrepr} ({how})"
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._lock is not None:
+            self._lock.release()
+        if self._cells_dir is not None:
+            shutil.rmtree(self._cells_dir, ignore_errors=True)
 
     @pytest.hookimpl
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
@@ -138,8 +219,16 @@ class ReportCollector:
             report = self.build(exitstatus, partial)
             if partial:
                 write_text_atomic(self.path, json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n")
+                self._checkpoint = (len(self.cells), time.time())
             else:
                 write_report_atomic(report, self.path)
+        except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
+            self._last_write = time.monotonic()  # the next checkpoint waits as usual
+            if not partial:
+                from .model import write_failure_message
+
+                sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
+            return
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -159,16 +248,22 @@ class ReportCollector:
                 session.exitstatus = status
 
     def _compare(self, baseline: str) -> int:
-        from .diff import diff_reports, format_diff, parse_threshold
+        """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
+        from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
         from .model import ReportError, load_report
 
+        current = self.build()
         try:
-            base = load_report(baseline)
             thresholds = [parse_threshold(e) for e in self.config.getoption("gpucompat_compare_fail") or []]
+            base = load_report(baseline) if os.path.lexists(baseline) else None
+            check_thresholds(thresholds, *(r for r in (base, current) if r is not None))
         except (ReportError, ValueError) as exc:
             self.diff_text = f"gpucompat baseline: {exc}"
             return int(pytest.ExitCode.USAGE_ERROR)
-        result = diff_reports(base, self.build(), thresholds)
+        if base is None:
+            self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
+            return 0
+        result = diff_reports(base, current, thresholds)
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 
@@ -187,9 +282,14 @@ class ReportCollector:
             + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         )
         for c in cells:
+            refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
+                       and f["severity"] == "broken"]
             if c["outcome"] == "xpassed" and c["rules"]:
-                tr.write_line(f"evidence against rule(s) {', '.join(c['rules'])}: {c['nodeid']} passed")
-        degraded = sorted({f["id"] for c in cells for f in c["findings"] if f["severity"] == "degraded"})
+                refuted = c["rules"]
+            if refuted:
+                tr.write_line(f"evidence against rule(s) {', '.join(refuted)}: {c['nodeid']} passed")
+        degraded = sorted({f["id"] for c in cells for f in c["findings"]
+                           if f["severity"] == "degraded" and f.get("confidence") != "documents"})
         if degraded:
             tr.write_line(f"degraded findings attached: {', '.join(degraded)}")
         for c in cells:
@@ -203,8 +303,113 @@ class ReportCollector:
             tr.write_line(self.diff_text)
 
 
+class ReportLock:
+    """An exclusive lock on ``REPORT.lock``, held from configure to unconfigure: two runs writing one report
+    would each replace the other's file and the last writer would win in silence, so the second is refused."""
+
+    def __init__(self, report: str) -> None:
+        self.report, self.path = report, f"{report}.lock"
+        self._fd: int | None = None
+        if fcntl is None:
+            return
+        try:
+            while self._fd is None:
+                self._fd = self._take()
+        except OSError as exc:
+            raise pytest.UsageError(f"gpucompat: --gpucompat-report {report}: cannot lock {self.path}: "
+                                    f"{exc.strerror or exc}") from None
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, f"{os.getpid()}\n".encode())
+
+    def _take(self) -> int | None:
+        """The locked file's descriptor; None when the file was replaced meanwhile (take the new one)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise pytest.UsageError(
+                f"gpucompat: {self.report} is being written by another run (pid {owner})"
+            ) from None
+        try:
+            current = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(fd).st_ino:  # the run that held it removed it between our open and our lock
+            os.close(fd)
+            return None
+        return fd
+
+    def release(self) -> None:
+        """Remove the file while still holding it (a run that opened it meanwhile sees that and retries)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+
+def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str | None) -> None:
+    """On an xdist worker: leave each collected cell's payload where the controller reads it when the worker dies
+    before the cell's first report (a crash while its engine starts), so the cell keeps its engine and params."""
+    directory = (getattr(config, "workerinput", None) or {}).get(_CELLS_DIR)
+    if not directory:
+        return
+    from .model import write_text_atomic
+
+    cells = {item.nodeid: cs.payload(runner) for item in items if (cs := item.stash.get(cell_key, None))}
+    worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
+    write_text_atomic(os.path.join(directory, f"{worker}.json"), json.dumps(cells, ensure_ascii=False))
+
+
+def _worker_id(report: pytest.TestReport) -> str | None:
+    """The xdist worker that sent the report (None without xdist)."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return getattr(gateway, "id", None)
+
+
+def _how_it_died(node: Any) -> str:
+    """From the worker process's exit status (execnet's popen gateway runs it as our child)."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return "died"
+    try:
+        code = popen.wait(timeout=_REAPED_S)
+    except subprocess.TimeoutExpired:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
 def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def _failure_reason(report: pytest.TestReport) -> str:
+    """The failure's own message: the crash line pytest prints after ``E`` (``AssertionError: drift 0.3 above
+    0.2``, ``assert 3 == 4``), not the traceback's first line, which is the first fixture's repr."""
+    message = _first_line(getattr(getattr(report.longrepr, "reprcrash", None), "message", None))
+    if message:
+        return message.removeprefix("Failed: ")  # pytest.fail's own prefix: the message is what was said
+    # a plain message (pytest.fail(pytrace=False), an engine's failure), or a repr xdist could only send as text;
+    # not longreprtext: under xdist that starts with the worker's banner
+    text = str(report.longrepr or "")
+    block: list[str] = []
+    in_block = False
+    for line in text.splitlines():
+        is_error = line.startswith("E ")
+        if is_error and not in_block:
+            block = []
+        if is_error and line[1:].strip():
+            block.append(line[1:].strip())
+        in_block = is_error
+    return block[0] if block else _first_line(text)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -225,12 +430,9 @@ def _outcome(report: pytest.TestReport, payload: dict[str, Any]) -> tuple[str | 
         if wasxfail is not None:
             return "xpassed", wasxfail or None
         return ("passed", None) if report.when == "call" else (None, None)
-    text = report.longreprtext or ""
-    if text.startswith("[XPASS(strict)]"):
-        return "xpassed", text
-    if report.when == "call" or payload.get("engine_failed"):
-        return "failed", _first_line(text)
-    return "error", _first_line(text)
+    if str(report.longrepr).startswith("[XPASS(strict)]"):
+        return "xpassed", str(report.longrepr)
+    return ("failed" if report.when == "call" or payload.get("engine_failed") else "error"), _failure_reason(report)
 
 
 def _should_replace(cell: dict[str, Any], when: str, outcome: str) -> bool:

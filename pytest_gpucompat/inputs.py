@@ -1,0 +1,297 @@
+"""Reading user files safely: bounded size, strict UTF-8, bounded nesting, plain data only, no YAML aliases.
+
+Every file the product reads comes from a user or from another machine's CI artifact, so it may be binary, huge,
+nested a million levels deep, a YAML alias bomb ("billion laughs") or hold numbers no float can represent. Each of
+those must become one ``InputError`` naming the file (and the field where there is one), never a traceback, a
+hang or a blow-up of memory: the loaders of fingerprints, rule files, matrices, thresholds and reports all read
+through here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import date
+from typing import Any
+
+from .errors import InputError
+
+MAX_FILE_BYTES = 16 * 1024 * 1024  # fingerprints, rule files, matrices, thresholds: hand-written, a few KiB
+MAX_DEPTH = 64  # the deepest real input (a report's cell extras) is under 10 levels
+MAX_DIGITS = 400  # more digits than any float can hold: such a number is refused, not converted
+_FLOAT_MAX_INT = int(sys.float_info.max)
+
+
+class _OutOfRange(float):
+    """Stands for a number too large to convert (a 5,000-digit integer), so the tree check can name its field."""
+
+
+_OUT_OF_RANGE = _OutOfRange("inf")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
+    """The file's text; a missing, unreadable, too large or non-UTF-8 file is an InputError naming it."""
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(limit + 1)  # bounded: /dev/zero or a huge file must not fill the memory
+    except FileNotFoundError:
+        raise InputError(source, None, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(source, None, "is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise InputError(source, None, f"too large (more than {limit} bytes)")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def load_file(path: str | os.PathLike[str], fmt: str | None = None, limit: int = MAX_FILE_BYTES) -> Any:
+    """Read, parse (JSON for ``*.json`` unless ``fmt`` says, else YAML) and check a data file (see ``check_tree``)."""
+    source = os.fspath(path)
+    text = read_text(path, limit)
+    is_json = fmt == "json" or (fmt is None and source.endswith(".json"))
+    data = parse_json(text, source) if is_json else parse_yaml(text, source)
+    bad = check_tree(data)
+    if bad is not None:
+        raise InputError(source, dotted(bad[0]) or None, bad[1])
+    return data
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_json(text: str, source: str) -> Any:
+    """``json.loads`` that refuses what Python's parser would accept or crash on: deep nesting, huge numbers."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_float)
+    except json.JSONDecodeError as exc:
+        raise InputError(source, None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") \
+            from None
+    except RecursionError:
+        raise InputError(source, None, f"not valid JSON (nested more than {MAX_DEPTH} levels deep)") from None
+
+
+def _parse_int(text: str) -> int | float:
+    return int(text) if len(text) <= MAX_DIGITS else _OUT_OF_RANGE
+
+
+def _parse_float(text: str) -> float:
+    number = float(text)
+    return _OUT_OF_RANGE if math.isinf(number) and text.lstrip("+-")[:1].isdigit() else number
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Safe YAML without aliases and with bounded nesting, through libyaml when PyYAML has it.
+
+    libyaml composes about ten times faster than the pure-Python loader; its node graph is checked for aliases and
+    depth before anything is built from it. On any problem the strict pure-Python loader parses the text again, so
+    error messages and line numbers are those of ``yaml.safe_load`` (plus this module's refusals).
+    """
+    import yaml
+
+    loaders = _loaders()
+    fast = loaders[1]
+    if fast is not None:
+        try:
+            loader = fast(text)
+            try:
+                node = loader.get_single_node()
+                if node is not None and _plain_graph(node):
+                    return loader.construct_document(node)
+            finally:
+                loader.dispose()
+        except (yaml.YAMLError, ValueError, RecursionError):
+            pass
+    try:
+        return yaml.load(text, Loader=loaders[0])
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(source, None, f"invalid YAML{where}: {' '.join(str(problem).split())}") from None
+    except RecursionError:  # pragma: no cover - the depth limit comes first
+        raise InputError(source, None, f"invalid YAML: nested more than {MAX_DEPTH} levels deep") from None
+
+
+def _plain_graph(root: Any) -> bool:
+    """True when the composed node graph is a tree (no alias) no deeper than MAX_DEPTH; iterative, so any depth."""
+    seen: set[int] = set()
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen or depth > MAX_DEPTH:
+            return False
+        seen.add(id(node))
+        value = node.value
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, tuple):
+                    stack.append((item[0], depth + 1))
+                    stack.append((item[1], depth + 1))
+                else:
+                    stack.append((item, depth + 1))
+    return True
+
+
+_LOADERS: tuple[Any, Any] | None = None
+
+
+def _loaders() -> tuple[Any, Any]:
+    """(strict pure-Python loader, libyaml loader or None), built once: PyYAML is imported only when needed."""
+    global _LOADERS
+    if _LOADERS is not None:
+        return _LOADERS
+    import yaml
+    from yaml.composer import ComposerError
+    from yaml.constructor import SafeConstructor
+
+    def construct_int(self: Any, node: Any) -> Any:
+        if sum(c.isdigit() for c in str(node.value)) > MAX_DIGITS:
+            return _OUT_OF_RANGE
+        return SafeConstructor.construct_yaml_int(self, node)
+
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses aliases (the schema has no use for them, a bomb does) and deep nesting."""
+
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent):
+                raise ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed", event.start_mark)
+            if self._depth >= MAX_DEPTH:
+                raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    fast = None
+    if getattr(yaml, "CSafeLoader", None) is not None:
+
+        class FastLoader(yaml.CSafeLoader):  # type: ignore[name-defined,misc]
+            pass
+
+        FastLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+        fast = FastLoader
+    _LOADERS = (StrictLoader, fast)
+    return _LOADERS
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def check_tree(data: Any) -> tuple[tuple[Any, ...], str] | None:
+    """(path, problem) of the first value that is not plain JSON-able data, or None.
+
+    Refused: nesting deeper than MAX_DEPTH (consumers recurse), numbers that are not finite or do not fit a float
+    (NaN cannot be written back as JSON, 10**400 overflows on the first float()), and YAML's dates, sets, bytes and
+    pairs (JSON cannot encode them, so the report writer would fail at the end of a run). Iterative, so any depth.
+    """
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            return path[:MAX_DEPTH], f"nested more than {MAX_DEPTH} levels deep"
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    return path, f"a key of type {_kind(key)} is not allowed"
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, i)) for i, item in enumerate(value))
+        else:
+            problem = scalar_problem(value)
+            if problem is not None:
+                return path, problem
+    return None
+
+
+def scalar_problem(value: Any) -> str | None:
+    """Why a leaf value is not plain data (None when it is): the one number check every loader shares."""
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, _OutOfRange) or (isinstance(value, int) and abs(value) > _FLOAT_MAX_INT):
+        return "number out of range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "not a finite number"
+    if isinstance(value, int):
+        return None
+    if isinstance(value, date):
+        return "a date is not allowed here (quote it to make it a string)"
+    return f"a value of type {_kind(value)} is not allowed here"
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def dotted(path: Sequence[Any]) -> str:
+    """``gpus[0].name`` for ("gpus", 0, "name"): the field notation of fingerprint and rule errors."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) and not isinstance(key, bool) else (f".{key}" if out else str(key))
+    return out
+
+
+def as_text(value: Any, numbers: bool = True) -> str:
+    """A scalar as text; ValueError for a list, a mapping, a boolean, or a number where ``numbers`` is False.
+
+    YAML reads ``driver: 550`` or ``compute_capability: 8.0`` as numbers, and their text is what was meant; a GPU
+    name of 123 is a mistake in the file, not a name.
+    """
+    if isinstance(value, str):
+        return value
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"must be a string, not {_describe(value)}")
+
+
+def text_field(value: Any, source: str, field: str, rule_id: str | None = None, numbers: bool = True) -> str | None:
+    """A string field of a file: None stays None, a scalar becomes its text (see ``as_text``), else InputError."""
+    if value is None:
+        return None
+    try:
+        return as_text(value, numbers)
+    except ValueError as exc:
+        raise InputError(source, field, str(exc), rule_id) from None
+
+
+def int_field(value: Any, source: str, field: str, minimum: int = 0) -> int | None:
+    """A whole-number field (booleans are not numbers here)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(source, field, f"must be a whole number >= {minimum}, not {_describe(value)}")
+    return value
+
+
+def bool_field(value: Any, source: str, field: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise InputError(source, field, f"must be true or false, not {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r:.40}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

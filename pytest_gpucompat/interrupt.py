@@ -1,0 +1,37 @@
+"""SIGTERM handled like Ctrl-C: what CI systems and `timeout` send first must still leave a report and no engines.
+
+pytest already turns KeyboardInterrupt into an interrupted session (report written with `interrupted: true`,
+session fixtures torn down, engine children killed); a SIGTERM handler that raises KeyboardInterrupt in the main
+thread gives SIGTERM the same path. Installed at configure (main process and xdist workers), the previous handler
+restored at unconfigure.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+_previous = pytest.StashKey[Any]()
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"gpucompat: received {signal.Signals(signum).name}")
+
+
+def install(config: pytest.Config) -> None:
+    """Turn SIGTERM into KeyboardInterrupt for this session (signal handlers can only be set in the main thread)."""
+    if threading.current_thread() is not threading.main_thread() or _previous in config.stash:
+        return
+    config.stash[_previous] = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def uninstall(config: pytest.Config) -> None:
+    """Give SIGTERM back to whoever had it before the session."""
+    previous = config.stash.get(_previous, None)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, previous)
+    del config.stash[_previous]
