@@ -167,8 +167,11 @@ def test_plugin_unknown_compare_metric_is_a_usage_error(pytester: pytest.Pyteste
     result = pytester.runpytest(
         "--gpucompat", "--gpucompat-baseline", "r.json", "--gpucompat-compare-fail", "tokenz_per_s:-10%"
     )
+    # before the first test, not after the whole run
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines(["gpucompat baseline: unknown metric 'tokenz_per_s'*did you mean tokens_per_s?*"])
+    result.stderr.fnmatch_lines(["*gpucompat: --gpucompat-baseline: unknown metric 'tokenz_per_s'*"
+                                 "did you mean tokens_per_s?*"])
+    assert "passed" not in result.stdout.str()
 
 
 # --- the registry is the one list ---------------------------------------------------------------------------------
@@ -188,3 +191,4 @@ def test_docs_carry_the_registry_table() -> None:
         "docs/ci.md's metric table is out of date: paste the output of "
         "python -c 'from pytest_gpucompat.metrics import markdown_table; print(markdown_table())'"
     )
+

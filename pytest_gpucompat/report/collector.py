@@ -53,6 +53,7 @@ class ReportCollector:
             problem = report_path_problem(self.path)
             if problem:
                 raise pytest.UsageError(f"gpucompat: --gpucompat-report {self.path}: {problem}")
+        self._check_baseline_options()
         self._lock = ReportLock(self.path) if self.path else None
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self.cells: dict[str, dict[str, Any]] = {}
@@ -203,13 +204,13 @@ class ReportCollector:
             fp["workers"] = self.worker_fingerprints
         return Report.from_run(fp, cells, interrupted=self.interrupted or partial, exitstatus=exitstatus)
 
-    def write(self, exitstatus: int | None = None, partial: bool = False) -> None:
+    def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
         from .model import write_report_atomic, write_text_atomic
 
         if not self.path:
-            return
+            return True
         start = time.monotonic()
         # Building and encoding allocate a few objects per cell and free none of them until the end; the garbage
         # collector would otherwise walk the whole session's heap (every test report pytest keeps) many times.
@@ -228,24 +229,43 @@ class ReportCollector:
                 from .model import write_failure_message
 
                 sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
-            return
+            return False
         finally:
             if gc_was_enabled:
                 gc.enable()
         self._last_write = time.monotonic()
         if partial:
             self._write_s_per_cell = (self._last_write - start) / max(1, len(self.cells))
+        return True
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED):
             self.interrupted = True
-        self.write(int(exitstatus))
+        if not self.write(int(exitstatus)) and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
         baseline = self.config.getoption("gpucompat_baseline", None)
         if baseline:
             status = self._compare(baseline)
             if status and session.exitstatus == 0:
                 session.exitstatus = status
+
+    def _check_baseline_options(self) -> None:
+        """Before the first test: a threshold that names no metric of the registry or of the baseline, or a baseline
+        that is not a report, is a usage error now rather than after the whole run."""
+        baseline = self.config.getoption("gpucompat_baseline", None)
+        exprs = self.config.getoption("gpucompat_compare_fail") or []
+        if not baseline:
+            return
+        from .diff import check_thresholds, parse_threshold
+        from .model import ReportError, load_report
+
+        try:
+            thresholds = [parse_threshold(e) for e in exprs]
+            if os.path.lexists(baseline):
+                check_thresholds(thresholds, load_report(baseline))
+        except (ReportError, ValueError) as exc:
+            raise pytest.UsageError(f"gpucompat: --gpucompat-baseline: {exc}") from None
 
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
