@@ -20,12 +20,12 @@ import sys
 import time
 from typing import Any
 
-from pytest_gpucompat.compare import compare_generations, thresholds_for, verdict_drift
-from pytest_gpucompat.cycles import create_destroy_cycles
+from pytest_gpucompat.checks.compare import compare_generations, thresholds_for, verdict_drift
+from pytest_gpucompat.checks.cycles import create_destroy_cycles
+from pytest_gpucompat.checks.memory import MemorySample, leak_verdict
 from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.engines.isolation import run_in_child
-from pytest_gpucompat.memory import MemorySample, leak_verdict
 from pytest_gpucompat.models import build_perturbed_model, build_tiny_model, fixed_prompts, model_vocab_size
 
 MIB = 1024 * 1024

@@ -274,8 +274,8 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
     Each repeat clears every matching cache, times one pass over all cells (cold: the caches are built inside the
     timing) and a second pass (warm: what a long session, or a second question about the same fleet, sees).
     """
-    from pytest_gpucompat import rules as rules_mod
-    from pytest_gpucompat.rules import load_kb, matching_rules
+    from pytest_gpucompat.kb import index as rules_mod
+    from pytest_gpucompat.kb import load_kb, matching_rules
 
     kb = load_kb()
     rng = random.Random(seed)
@@ -334,7 +334,7 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
 def verify_kb(kb: Any, fps: Sequence[Any], param_sets: Sequence[tuple[str | None, dict[str, Any]]], n: int,
               seed: int) -> dict[str, Any]:
     """``matching_rules`` against the one-rule-at-a-time reference ``rule_matches`` on ``n`` sampled cells."""
-    from pytest_gpucompat.rules import Facts, matching_rules, rule_matches
+    from pytest_gpucompat.kb import Facts, matching_rules, rule_matches
 
     rng = random.Random(seed + 1)
     mismatches: list[dict[str, Any]] = []

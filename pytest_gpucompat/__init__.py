@@ -1,3 +1,60 @@
-"""pytest-gpucompat: know which GPU x driver x CUDA x engine combinations work before production does."""
+"""pytest-gpucompat: know which GPU x driver x CUDA x engine combinations work before production does.
+
+The names below are the public API (pluggy-style ``__all__``): what suites, conftest hooks and other tools import
+from ``pytest_gpucompat``. Each is loaded on first use, so importing the package (for the pytest entry point or the
+``gpucompat`` command) costs nothing; everything else is internal and may move.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_PUBLIC: dict[str, tuple[str, str]] = {
+    # the machine and the test matrix
+    "Fingerprint": ("fingerprint", "Fingerprint"),
+    "Cell": ("matrix", "Cell"),
+    # the knowledge base's answer for a cell, for pytest_gpucompat_decide implementations
+    "Decision": ("kb.verdicts", "Decision"),
+    "Finding": ("kb.verdicts", "Finding"),
+    # engines
+    "EngineSpec": ("engines.base", "EngineSpec"),
+    "Generation": ("engines.base", "Generation"),
+    "EngineFailed": ("engines.base", "EngineFailed"),
+    "EngineUnavailable": ("engines.base", "EngineUnavailable"),
+    # what the suites use besides the fixtures
+    "engine_spec": ("fixtures", "engine_spec"),
+    "reference_engine": ("fixtures", "reference_engine"),
+    "fixed_prompts": ("models", "fixed_prompts"),
+    "model_vocab_size": ("models", "model_vocab_size"),
+    "round_metrics": ("metrics", "round_metrics"),
+    "compare_generations": ("checks.compare", "compare_generations"),
+    "cosine_similarity": ("checks.compare", "cosine_similarity"),
+    "thresholds_for": ("checks.compare", "thresholds_for"),
+    "verdict_drift": ("checks.compare", "verdict_drift"),
+    "verdict_embeddings": ("checks.compare", "verdict_embeddings"),
+    "MemorySample": ("checks.memory", "MemorySample"),
+    "leak_verdict": ("checks.memory", "leak_verdict"),
+    "sample_memory": ("checks.memory", "sample"),
+    "settle": ("checks.memory", "settle"),
+    "create_destroy_cycles": ("checks.cycles", "create_destroy_cycles"),
+    "one_process_run": ("checks.cycles", "one_process_run"),
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module 'pytest_gpucompat' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

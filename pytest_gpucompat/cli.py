@@ -6,9 +6,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import InputError
+from .options import CLI, add_options
+
+if TYPE_CHECKING:
+    from .fingerprint import Fingerprint
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,14 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="print this machine's fingerprint")
     env.add_argument("--json", action="store_true", help="JSON that `check --env` and `--gpucompat-env` read back")
-    env.add_argument("--name", help="runner name to record (default: $GPUCOMPAT_RUNNER or the host name)")
+    add_options(env.add_argument, "", CLI["env"], cli=True)
     env.set_defaults(func=cmd_env)
 
     check = sub.add_parser("check", help="known problems for this machine or a fingerprint file")
-    check.add_argument("--env", metavar="FILE", help="fingerprint or fleet file (YAML or JSON) instead of this machine")
-    check.add_argument("--kb", metavar="PATH", action="append", default=[], help="extra rule file or directory")
-    check.add_argument("--no-builtin-rules", action="store_true",
-                       help="use only the rule files given with --kb, not the shipped knowledge base")
+    add_options(check.add_argument, "", CLI["check"], cli=True)
     check.add_argument("--json", action="store_true")
     check.add_argument("--fail-on", choices=("broken", "degraded"),
                        help="exit 1 when such a finding backed by upstream or verified evidence exists "
@@ -48,10 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
 
     rules = sub.add_parser("rules", help="list the knowledge base")
-    rules.add_argument("--kb", metavar="PATH", action="append", default=[])
-    rules.add_argument("--no-builtin-rules", action="store_true",
-                       help="use only the rule files given with --kb, not the shipped knowledge base")
-    rules.add_argument("--engine", help="vllm, sglang, tensorrt-llm, or none")
+    add_options(rules.add_argument, "", CLI["rules"], cli=True)
+    from .engines.registry import kb_engine_names
+
+    rules.add_argument("--engine", help=f"{', '.join(kb_engine_names())}, or none")
     rules.add_argument("--severity", choices=("broken", "degraded", "advice"))
     rules.add_argument("--confidence", choices=("documents", "upstream", "verified"))
     rules.add_argument("--json", action="store_true")
@@ -66,20 +68,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from .fingerprint import collect, format_text
+    from .fingerprint import collect
 
-    fp = collect(args.name)
-    print(json.dumps(fp.to_dict(), indent=2) if args.json else format_text(fp))
+    fp = collect(args.runner)
+    print(json.dumps(fp.to_dict(), indent=2) if args.json else format_fingerprint(fp))
     return 0
 
 
+def format_fingerprint(fp: Fingerprint) -> str:
+    """The readable form of ``gpucompat env``."""
+    lines = [f"runner:        {fp.name}"]
+    if fp.gpus:
+        for gpu in fp.gpus:
+            bits = [f"cc {gpu.compute_capability}" if gpu.compute_capability else None,
+                    gpu.architecture,
+                    f"{gpu.memory_mib} MiB" if gpu.memory_mib else None,
+                    f"PCIe gen{gpu.pcie_generation} x{gpu.pcie_width}" if gpu.pcie_generation else None,
+                    "MIG" if gpu.mig else None,
+                    f"ECC {'on' if gpu.ecc else 'off'}" if gpu.ecc is not None else None]
+            detail = ", ".join(b for b in bits if b)
+            lines.append(f"gpu {gpu.index}:         {gpu.name} ({detail})" + (f" {gpu.uuid}" if gpu.uuid else ""))
+    else:
+        lines.append("gpus:          none")
+    lines.append(f"driver:        {fp.driver or '-'}")
+    lines.append(f"cuda (driver): {fp.cuda_driver or '-'}")
+    lines.append(f"cuda (stack):  {fp.cuda_runtime or '-'}")
+    if fp.links:
+        lines.append("links:         " + ", ".join(f"{lk.a}-{lk.b} {lk.path or lk.kind}" for lk in fp.links))
+    lines.append(f"interconnect:  {fp.interconnect or '-'}")
+    pkgs = ", ".join(f"{k} {v}" for k, v in fp.packages.items()) or "-"
+    lines.append(f"packages:      {pkgs}")
+    lines.append(f"python:        {fp.python or '-'}   libc: {fp.libc or '-'}   container: {fp.container or '-'}")
+    lines.append(f"os:            {fp.os or '-'}")
+    if fp.cuda_visible_devices is not None:
+        lines.append(f"CUDA_VISIBLE_DEVICES={fp.cuda_visible_devices}")
+    for reason in fp.reasons:
+        lines.append(f"note:          {reason}")
+    return "\n".join(lines)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import check, fingerprint
-    from .rules import load_kb
+    from . import fingerprint
+    from .kb import check, evaluate_machine, load_kb
 
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
-    results = [(fp, check.evaluate(kb, fp)) for fp in fleet.values()]
+    results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
     if args.json:
         docs = [check.to_json(fp, found) for fp, found in results]
         print(json.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
@@ -89,7 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from .rules import ENGINES, filter_rules, load_kb
+    from .kb import ENGINES, filter_rules, finding_for, load_kb
     from .versions import normalize_package
 
     known = (*ENGINES, "none")
@@ -98,14 +132,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     rules = filter_rules(kb.rules, engine=args.engine, severity=args.severity, confidence=args.confidence)
     if args.lint:
-        from .lint import format_lint, lint_rules
+        from .kb.lint import format_lint, lint_rules
 
         problems = lint_rules(rules)
         print(format_lint(problems))
         return 1 if any(p.missing for p in problems) else 0
     if args.json:
-        from .verdicts import finding_for
-
         print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0
     for r in rules:

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .engines.registry import kb_engine_names, tracked_packages
 from .errors import InputError
 from .inputs import bool_field, int_field, load_file, text_field
 from .versions import is_version, normalize_package
@@ -24,9 +25,7 @@ SCHEMA = 1
 
 # Distributions whose versions matter for compatibility; several names may stand for one package.
 TRACKED_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "vllm": ("vllm",),
-    "sglang": ("sglang",),
-    "tensorrt-llm": ("tensorrt-llm",),
+    **tracked_packages(),  # the engines (vllm, sglang, tensorrt-llm), from the engine registry
     "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
     "torch": ("torch",),
     "transformers": ("transformers",),
@@ -112,7 +111,8 @@ class Fingerprint:
             parts.append(f"CUDA runtime {self.cuda_runtime}")
         if self.interconnect:
             parts.append(self.interconnect)
-        engines = [f"{k} {v}" for k, v in self.packages.items() if k in ("vllm", "sglang", "tensorrt-llm", "torch")]
+        shown = (*kb_engine_names(), "torch")
+        engines = [f"{k} {v}" for k, v in self.packages.items() if k in shown]
         return ", ".join(parts + engines)
 
 
@@ -480,35 +480,3 @@ def _link(data: Any, source: str, where: str) -> Link:
     ends = [int_field(data[key], source, f"{where}.{key}") for key in ("a", "b")]
     return Link(a=int(ends[0] or 0), b=int(ends[1] or 0), kind=kind,
                 path=text_field(data.get("path"), source, f"{where}.path"))
-
-
-def format_text(fp: Fingerprint) -> str:
-    """The readable form of ``gpucompat env``."""
-    lines = [f"runner:        {fp.name}"]
-    if fp.gpus:
-        for gpu in fp.gpus:
-            bits = [f"cc {gpu.compute_capability}" if gpu.compute_capability else None,
-                    gpu.architecture,
-                    f"{gpu.memory_mib} MiB" if gpu.memory_mib else None,
-                    f"PCIe gen{gpu.pcie_generation} x{gpu.pcie_width}" if gpu.pcie_generation else None,
-                    "MIG" if gpu.mig else None,
-                    f"ECC {'on' if gpu.ecc else 'off'}" if gpu.ecc is not None else None]
-            detail = ", ".join(b for b in bits if b)
-            lines.append(f"gpu {gpu.index}:         {gpu.name} ({detail})" + (f" {gpu.uuid}" if gpu.uuid else ""))
-    else:
-        lines.append("gpus:          none")
-    lines.append(f"driver:        {fp.driver or '-'}")
-    lines.append(f"cuda (driver): {fp.cuda_driver or '-'}")
-    lines.append(f"cuda (stack):  {fp.cuda_runtime or '-'}")
-    if fp.links:
-        lines.append("links:         " + ", ".join(f"{lk.a}-{lk.b} {lk.path or lk.kind}" for lk in fp.links))
-    lines.append(f"interconnect:  {fp.interconnect or '-'}")
-    pkgs = ", ".join(f"{k} {v}" for k, v in fp.packages.items()) or "-"
-    lines.append(f"packages:      {pkgs}")
-    lines.append(f"python:        {fp.python or '-'}   libc: {fp.libc or '-'}   container: {fp.container or '-'}")
-    lines.append(f"os:            {fp.os or '-'}")
-    if fp.cuda_visible_devices is not None:
-        lines.append(f"CUDA_VISIBLE_DEVICES={fp.cuda_visible_devices}")
-    for reason in fp.reasons:
-        lines.append(f"note:          {reason}")
-    return "\n".join(lines)

@@ -1,4 +1,8 @@
-"""Fixtures the suites use: the cell, the fingerprint, the model, and a started engine shared per session."""
+"""Fixtures the suites use: the cell, the fingerprint, the model, and a started engine shared per session.
+
+A pytest plugin of its own (entry point ``gpucompat_fixtures``): every fixture defined here exists, with no list to
+keep elsewhere. It reads the run state that ``plugin.py`` builds and never imports ``plugin.py``.
+"""
 
 from __future__ import annotations
 
@@ -18,20 +22,15 @@ import pytest
 from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .fingerprint import Fingerprint
 from .matrix import Cell
-from .state import CellState, cell_key, plain
+from .options import Settings
+from .state import CellState, cell_key, plain, run_state
 
 if TYPE_CHECKING:
     from .engines.base import Engine
-    from .engines.isolation import EnginePool
-    from .verdicts import Finding
+    from .engines.pool import EnginePool
+    from .kb import Finding
 
 _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
-
-
-def _run_state(config: pytest.Config) -> Any:
-    from .plugin import run_state
-
-    return run_state(config)
 
 
 def _cell_state(request: pytest.FixtureRequest) -> CellState | None:
@@ -46,7 +45,7 @@ def gpucompat_cell(request: pytest.FixtureRequest) -> Cell:
 
 @pytest.fixture(scope="session")
 def gpucompat_fingerprint(pytestconfig: pytest.Config) -> Fingerprint:
-    state = _run_state(pytestconfig)
+    state = run_state(pytestconfig)
     if state is None:
         from .fingerprint import collect
 
@@ -68,8 +67,8 @@ def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
     def flag(id: str, summary: str, severity: str = "degraded", failure: str = "fallback") -> None:
         import warnings
 
+        from .kb import Finding
         from .report.model import SEVERITIES
-        from .verdicts import Finding
 
         if severity not in SEVERITIES:  # the report could not be read back
             raise ValueError(f"gpucompat_flag: severity must be one of {', '.join(SEVERITIES)}, not {severity!r}")
@@ -113,18 +112,10 @@ def gpucompat_model(request: pytest.FixtureRequest) -> Path:
         raise pytest.UsageError(f"gpucompat: {exc}") from None
 
 
-def _timeout(config: pytest.Config) -> float:
-    """--gpucompat-timeout, validated when parsed (a positive finite number of seconds)."""
-    return float(config.getoption("gpucompat_timeout", 600.0))
-
-
-def log_dir(config: pytest.Config) -> Path | None:
-    """--gpucompat-log-dir (or ini gpucompat_log_dir, relative to the rootdir): keep every engine log there."""
-    option = config.getoption("gpucompat_log_dir", None)
-    if option:
-        return Path(option).absolute()
-    ini = config.getini("gpucompat_log_dir")
-    return (config.rootpath / str(ini)).absolute() if ini else None
+def settings(config: pytest.Config) -> Settings:
+    """This run's options, parsed once at configure (also when the plugin is off and a fixture runs anyway)."""
+    state = run_state(config)
+    return state.settings if state is not None else Settings.from_pytest(config)
 
 
 def announcer(config: pytest.Config) -> Callable[[str], None]:
@@ -150,10 +141,10 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
-    from .engines.isolation import EnginePool
+    from .engines.pool import EnginePool
 
-    timeout = _timeout(pytestconfig)
-    pool = EnginePool(log_dir(pytestconfig), start_timeout_s=timeout, call_timeout_s=timeout,
+    timeout = settings(pytestconfig).timeout
+    pool = EnginePool(settings(pytestconfig).log_dir, start_timeout_s=timeout, call_timeout_s=timeout,
                       progress=announcer(pytestconfig))
     try:
         yield pool
@@ -172,7 +163,7 @@ class StartedEngine:
 
 def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
     params = {**cell.params, **overrides}
-    endpoint = config.getoption("gpucompat_endpoint", None)
+    endpoint = settings(config).endpoint
     if cell.engine == "openai" and endpoint and "endpoint" not in params:
         params["endpoint"] = endpoint
     return EngineSpec(engine=cell.engine, model=str(model), params=params)
@@ -244,7 +235,7 @@ def start_engine(
     part = None if record else "reference_s"
     t0 = time.perf_counter()
     try:
-        engine, info = pool.get(spec, isolated=spec.engine != "hf")
+        engine, info = pool.get(spec)  # where it runs: the spec's `isolated` param, else its descriptor
     except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
         pytest.skip(f"{spec.engine} unavailable: {exc}")
     except EngineFailed as exc:
@@ -271,9 +262,9 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     from .engines import missing_module
     from .engines.isolation import run_in_child
 
-    timeout = _timeout(request.config)
+    timeout = settings(request.config).timeout
     cs = _cell_state(request)
-    keep_in = log_dir(request.config)
+    keep_in = settings(request.config).log_dir
     say = announcer(request.config)
     calls = [0]
 

@@ -6,7 +6,6 @@ the same ids in the same order; the fingerprint decides marks, not ids.
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .fingerprint import Fingerprint
 from .inputs import load_file
+from .kb.load import file_stamp
 from .paths import matrices_dir
-from .rules import Facts
-from .versions import matches, normalize_package, parse_specifier
+from .versions import parse_specifier
 
 _MARKER_KEYS = {"engine", "params", "axes", "matrix"}
-_FINGERPRINT_AXES = ("driver", "cuda_driver", "cuda_runtime", "compute_capability")
 _GLOB_AXES = ("gpu", "arch")
 MAX_CELLS = 100_000  # cells of one block: far above a real matrix, far below what exhausts the memory
 
@@ -102,12 +99,18 @@ def _check_axis(axis: str, value: Any, source: str, where: str) -> None:
         raise InputError(source, where, str(exc)) from None
 
 
-@lru_cache(maxsize=4)
 def load_named_matrices(path: str | None = None) -> dict[str, tuple[Cell, ...]]:
+    """The named matrices of ``path`` (default: ``matrices.yaml`` in the matrices directory, which
+    ``GPUCOMPAT_MATRICES_DIR`` overrides); remembered per file version, so a changed directory or file is read."""
     file = Path(path) if path else matrices_dir() / "matrices.yaml"
-    source = str(file)
-    if not file.exists():
+    return _load_named_matrices(str(file), file_stamp(file))
+
+
+@lru_cache(maxsize=4)
+def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[Cell, ...]]:
+    if stamp is None:  # no such file
         return {}
+    file = Path(source)
     data = load_file(file, "yaml") or {}
     matrices = data.get("matrices") if isinstance(data, Mapping) else None
     if not isinstance(matrices, Mapping):
@@ -142,32 +145,3 @@ def cells_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str
         return cells
     return expand_block(kwargs, where, "gpucompat")
 
-
-def axis_mismatch(cell: Cell, fp: Fingerprint) -> str | None:
-    """Why this runner does not cover the cell (None when it does)."""
-    if not cell.axes:
-        return None
-    facts = Facts.of(fp)
-    for axis, value in cell.axes.items():
-        if axis in _GLOB_AXES:
-            names = [g.name for g in fp.gpus] if axis == "gpu" else [g.architecture or "" for g in fp.gpus]
-            if not any(fnmatch.fnmatchcase(n.lower(), value.lower()) for n in names):
-                have = ", ".join(names) or "no GPU"
-                return f"{axis} {value} (this runner: {have})"
-            continue
-        spec = parse_specifier(value)
-        if axis in _FINGERPRINT_AXES:
-            if axis == "compute_capability":
-                ccs = [g[2] for g in facts.gpus if g[2] is not None]
-                if not any(matches(spec, cc) for cc in ccs):
-                    return f"compute capability {value} (this runner: {', '.join(map(str, ccs)) or 'none'})"
-                continue
-            have = getattr(facts, axis)
-            if have is None or not matches(spec, have):
-                return f"{axis} {value} (this runner: {getattr(fp, axis) or 'none'})"
-            continue
-        package = normalize_package(axis)
-        version = facts.packages.get(package)
-        if version is None or not matches(spec, version):
-            return f"{package} {value} (this runner: {fp.packages.get(package, 'not installed')})"
-    return None

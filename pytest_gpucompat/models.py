@@ -72,10 +72,6 @@ peaked (top-1 logprob about -1) rather than flat: with flat distributions every 
 precision checks measure noise. Calibrated on CPU, see matrices/thresholds.yaml."""
 
 
-def supported_arches() -> tuple[str, ...]:
-    return tuple(_ARCHES)
-
-
 def tiny_config(arch: str = "qwen2", **overrides: Any) -> dict[str, Any]:
     """The plain config dict of a tiny model (what the cache key is computed from)."""
     if arch not in _ARCHES:

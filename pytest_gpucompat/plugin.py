@@ -12,26 +12,12 @@ from typing import Any
 
 import pytest
 
-from . import interrupt, xdist_support
+from . import interrupt, options, xdist_support
 from .engines.base import EngineFailed
 from .errors import InputError
-from .fixtures import (  # noqa: F401  (fixtures are found through this module)
-    gpucompat_cell,
-    gpucompat_engine,
-    gpucompat_findings,
-    gpucompat_fingerprint,
-    gpucompat_flag,
-    gpucompat_isolated,
-    gpucompat_model,
-    gpucompat_pool,
-    gpucompat_record,
-    gpucompat_reference,
-)
+from .kb import WEIGHTS_PARAM
 from .matrix import cells_from_marker
-from .rules import WEIGHTS_PARAM
-from .state import NOT_COVERED, RunState, build_run_state, cell_key
-
-run_key = pytest.StashKey[RunState]()
+from .state import NOT_COVERED, build_run_state, cell_key, run_key, run_state
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -44,43 +30,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpucompat", "GPU / driver / CUDA / engine compatibility")
     group.addoption("--gpucompat", action="store_true", default=None,
                     help="enable the plugin: fingerprint, matrices, known-bad rules, reports")
-    group.addoption("--gpucompat-env", metavar="FILE",
-                    help="evaluate against a fingerprint file (what-if) or show a fleet file's known-bad cells")
-    group.addoption("--gpucompat-kb", metavar="PATH", action="append", default=[],
-                    help="extra rule file or directory (repeatable)")
-    group.addoption("--gpucompat-no-builtin-rules", action="store_true", default=False,
-                    help="use only the rule files given with --gpucompat-kb, not the shipped knowledge base")
-    group.addoption("--gpucompat-run-known-bad", action="store_true", default=False,
-                    help="run known crash/hang cells as strict xfail under --gpucompat-timeout")
-    group.addoption("--gpucompat-timeout", type=_timeout_option, default=600.0, metavar="S",
-                    help="seconds an engine may take to start or answer before its cell fails (default 600)")
-    group.addoption("--gpucompat-log-dir", metavar="DIR",
-                    help="keep every engine log in DIR (CI artifacts); default: only failed engines' logs are kept")
-    group.addoption("--gpucompat-model", metavar="PATH", action="append", default=[],
-                    help="local model checkpoint to test (repeatable); default: a tiny model built locally")
-    group.addoption("--gpucompat-endpoint", metavar="URL",
-                    help="OpenAI-compatible endpoint for the openai engine instead of a server started here")
-    group.addoption("--gpucompat-report", metavar="PATH", help="write the JSON report here")
-    group.addoption("--gpucompat-baseline", metavar="FILE",
-                    help="compare with this report at the end; a regression fails the run; a missing FILE "
-                    "is a first run: a note says how this run's report becomes it")
-    group.addoption("--gpucompat-compare-fail", metavar="EXPR", action="append", default=[],
-                    help="with --gpucompat-baseline: metric threshold such as tokens_per_s:-10%% (metrics: "
-                    "docs/ci.md; an unknown one is a usage error)")
-    group.addoption("--gpucompat-runner", metavar="NAME", help="runner name in reports (default: host name)")
+    options.add_options(group.addoption, "gpucompat-", options.PYTEST, type_error=_usage_error)
     parser.addini("gpucompat", "enable pytest-gpucompat", type="bool", default=False)
     parser.addini("gpucompat_kb", "extra rule files or directories", type="paths", default=[])
     parser.addini("gpucompat_log_dir", "keep every engine log in this directory", default="")
 
 
-def _timeout_option(text: str) -> float:
-    """--gpucompat-timeout: a positive finite number of seconds, else a one-line usage error."""
-    from .engines.isolation import positive_seconds
-
-    try:
-        return positive_seconds(text)
-    except ValueError as exc:
-        raise pytest.UsageError(f"gpucompat: --gpucompat-timeout: {exc}") from None
+def _usage_error(flag: str, exc: ValueError) -> pytest.UsageError:
+    return pytest.UsageError(f"gpucompat: {flag}: {exc}")
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -109,10 +66,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     interrupt.uninstall(config)
 
 
-def run_state(config: pytest.Config) -> RunState | None:
-    return config.stash.get(run_key, None)
-
-
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = run_state(config)
     if state is None:
@@ -135,7 +88,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if state is None:
         return
     if "gpucompat_model" in metafunc.fixturenames:
-        models = metafunc.config.getoption("gpucompat_model") or ["tiny-qwen2"]
+        models = list(state.settings.model) or ["tiny-qwen2"]
         ids = [os.path.basename(os.path.normpath(m)) for m in models]
         metafunc.parametrize("gpucompat_model", models, ids=ids, indirect=True, scope="session")
     if marker is None:

@@ -11,9 +11,9 @@ import pytest
 
 from . import fingerprint as fpmod
 from .fingerprint import Fingerprint
-from .matrix import Cell, axis_mismatch
-from .rules import KnowledgeBase, load_kb, matching_rules
-from .verdicts import Decision, Finding, cell_findings, decide, with_details
+from .kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
+from .matrix import Cell
+from .options import Settings
 
 NOT_COVERED = "not covered here"
 
@@ -85,45 +85,33 @@ cell_key = pytest.StashKey[CellState]()
 
 @dataclass
 class RunState:
-    enabled: bool
+    settings: Settings
     fingerprint: Fingerprint
     fleet: Mapping[str, Fingerprint]
     kb: KnowledgeBase
-    run_known_bad: bool
     what_if: bool
-    # matched rules (by identity: they all belong to self.kb) -> their findings and the default decision; many
-    # cells of a matrix match the same rules, and both are pure functions of the rules
-    _verdicts: dict[tuple[int, ...], tuple[tuple[Finding, ...], Decision]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+
+    @property
+    def run_known_bad(self) -> bool:
+        return self.settings.run_known_bad
 
     def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
                  measured: Mapping[str, Any] | None = None) -> CellState:
-        """The one evaluation of a cell: axes, matching rules, the findings that concern the cell, then the
-        decision through the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet runner's, for the
-        preview) defaults to this run's; ``measured`` holds facts of the cell's model that rules may need
-        (``model_weights_mib``)."""
+        """The one evaluation of a cell (``kb.evaluate.evaluate_cell``: axes, matching rules, the findings that
+        concern the cell, the default decision), then the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet
+        runner's, for the preview) defaults to this run's; ``measured`` holds facts of the cell's model that rules
+        may need (``model_weights_mib``)."""
         fp = fingerprint or self.fingerprint
-        params = {**cell.params, **measured} if measured else cell.params
-        state = CellState(cell=cell)
-        state.not_covered = axis_mismatch(cell, fp)
-        if state.not_covered:
+        verdict = evaluate_cell(self.kb, fp, cell.engine, cell.params, axes=cell.axes,
+                                run_known_bad=self.run_known_bad, measured=measured)
+        state = CellState(cell=cell, findings=verdict.findings, not_covered=verdict.not_covered)
+        if verdict.not_covered:
             return state
-        rules = matching_rules(self.kb, fp, cell.engine, params)
-        key = tuple(map(id, rules))
-        verdict = self._verdicts.get(key)
-        if verdict is None:
-            findings = tuple(cell_findings(rules, self.run_known_bad))
-            verdict = self._verdicts[key] = (findings, decide(findings, self.run_known_bad))
-        state.findings = verdict[0]
-        if verdict[1].action != "run":  # a stopped cell says what this runner has ("needs 2 GPUs, 1 visible")
-            state.findings = tuple(with_details(state.findings, rules, fp, {**fp.params, **params}))
-            verdict = (state.findings, decide(state.findings, self.run_known_bad))
         hook = config.hook.pytest_gpucompat_decide
         decision = None
         if hook.get_hookimpls():  # only when a conftest implements the hook; else the default policy decides
             decision = hook(config=config, cell=cell, findings=state.findings, fingerprint=fp)
-        state.decision = decision or verdict[1]
+        state.decision = decision or verdict.decision
         return state
 
 
@@ -131,20 +119,25 @@ def build_run_state(config: pytest.Config) -> RunState:
     """Load everything once per process; bad input becomes a UsageError (one line, no traceback)."""
     from .errors import InputError
 
-    kb_paths = list(config.getini("gpucompat_kb")) + list(config.getoption("gpucompat_kb") or [])
-    env_file = config.getoption("gpucompat_env")
+    settings = Settings.from_pytest(config)
     try:
-        kb = load_kb(kb_paths, builtin=not config.getoption("gpucompat_no_builtin_rules"))
-        fleet = fpmod.load(env_file) if env_file else {}
+        kb = load_kb(settings.kb, builtin=not settings.no_builtin_rules)
+        fleet = fpmod.load(settings.env) if settings.env else {}
     except InputError as exc:
         raise pytest.UsageError(f"gpucompat: {exc}") from None
-    runner = config.getoption("gpucompat_runner")
     if len(fleet) == 1:
         fp = next(iter(fleet.values()))
         fleet = {}
         what_if = True
     else:
-        fp = fpmod.collect(runner)
+        fp = fpmod.collect(settings.runner)
         what_if = False
-    return RunState(enabled=True, fingerprint=fp, fleet=fleet, kb=kb,
-                    run_known_bad=bool(config.getoption("gpucompat_run_known_bad")), what_if=what_if)
+    return RunState(settings=settings, fingerprint=fp, fleet=fleet, kb=kb, what_if=what_if)
+
+
+run_key = pytest.StashKey[RunState]()
+
+
+def run_state(config: pytest.Config) -> RunState | None:
+    """This run's state, or None when the plugin is off (``--gpucompat`` not given)."""
+    return config.stash.get(run_key, None)

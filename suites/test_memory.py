@@ -12,10 +12,17 @@ import os
 
 import pytest
 
-from pytest_gpucompat.cycles import create_destroy_cycles, one_process_run
-from pytest_gpucompat.fixtures import engine_spec
-from pytest_gpucompat.memory import MemorySample, leak_verdict, sample, settle
-from pytest_gpucompat.models import fixed_prompts, model_vocab_size
+from pytest_gpucompat import (
+    MemorySample,
+    create_destroy_cycles,
+    engine_spec,
+    fixed_prompts,
+    leak_verdict,
+    model_vocab_size,
+    one_process_run,
+    sample_memory,
+    settle,
+)
 
 CYCLES = int(os.environ.get("GPUCOMPAT_MEMORY_CYCLES", "5"))
 PROCESS_RUNS = int(os.environ.get("GPUCOMPAT_PROCESS_RUNS", "3"))
@@ -67,7 +74,7 @@ def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_mod
     for _ in range(PROCESS_RUNS):
         up = gpucompat_isolated(one_process_run, spec, prompts, 8)
         while_up.append(up.get("nvml_process_mib") or 0.0)
-        after.append(sample(0).nvml_device_used_mib)
+        after.append(sample_memory(0).nvml_device_used_mib)
     left = max(a - before for a in after)
     gpucompat_record("device_used_before_mib", before)
     gpucompat_record("process_mib_while_up", max(while_up))

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucompat.compare import (
+from pytest_gpucompat import (
     compare_generations,
     cosine_similarity,
+    fixed_prompts,
+    model_vocab_size,
+    reference_engine,
     thresholds_for,
     verdict_drift,
     verdict_embeddings,
 )
-from pytest_gpucompat.fixtures import reference_engine
-from pytest_gpucompat.models import fixed_prompts, model_vocab_size
+from pytest_gpucompat.engines import normalize_dtype
 
 PROMPTS = 8
 PROMPT_LEN = 16
@@ -27,10 +29,7 @@ TOP_N = 5
 
 
 def _same_dtype(asked: str, ran: str | None) -> bool:
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
-    a = aliases.get(asked.lower(), asked.lower())
-    r = aliases.get((ran or "").lower().removeprefix("torch."), (ran or "").lower().removeprefix("torch."))
-    return a == r
+    return normalize_dtype(asked) == normalize_dtype(ran or "")
 
 
 def _check_what_ran(cell, info, flag, record) -> None:

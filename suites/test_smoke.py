@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from pytest_gpucompat.metrics import round_metrics
-from pytest_gpucompat.models import fixed_prompts, model_vocab_size
+from pytest_gpucompat import fixed_prompts, model_vocab_size, round_metrics
 
 PROMPTS = 4
 PROMPT_LEN = 12

@@ -153,8 +153,8 @@ def test_rules_lint_without_engines_says_what_was_not_checked(capsys, tmp_path):
 
 def test_lint_checks_only_the_engines_own_flags(tmp_path):
     """A flag written with another tool's command ("nvidia-smi --query-gpu") is not held against the engine."""
-    from pytest_gpucompat.lint import lint_rules
-    from pytest_gpucompat.rules import load_kb
+    from pytest_gpucompat.kb import load_kb
+    from pytest_gpucompat.kb.lint import lint_rules
 
     kb = tmp_path / "flags.yaml"
     kb.write_text("rules:\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.compare import (
+from pytest_gpucompat.checks.compare import (
     DEFAULT_THRESHOLDS,
     compare_generations,
     cosine_similarity,

@@ -19,7 +19,8 @@ from pytest_gpucompat.report.diff import (
     missing_baseline_note,
     parse_threshold,
 )
-from pytest_gpucompat.report.model import Report, write_report_atomic
+from pytest_gpucompat.report.io import write_report_atomic
+from pytest_gpucompat.report.model import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = "suites/test_smoke.py::test_generates_requested_tokens[tiny-qwen2-hf-dtype=float32]"

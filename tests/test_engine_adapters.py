@@ -23,7 +23,7 @@ from pytest_gpucompat.engines import (
     normalize_dtype,
 )
 from pytest_gpucompat.engines.base import EngineSpec, EngineUnavailable
-from pytest_gpucompat.engines.isolation import EnginePool
+from pytest_gpucompat.engines.pool import EnginePool
 
 ADAPTERS = [
     ("vllm", "vllm", "VLLMEngine"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.compare import compare_generations, cosine_similarity, thresholds_for, verdict_drift
+from pytest_gpucompat.checks.compare import compare_generations, cosine_similarity, thresholds_for, verdict_drift
 from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.hf import HFEngine

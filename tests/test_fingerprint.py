@@ -186,5 +186,7 @@ def test_missing_file_is_one_line(tmp_path):
 
 def test_text_form_mentions_reasons():
     fp = fpmod.Fingerprint(name="x", reasons=("NVML not available: no driver",))
-    text = fpmod.format_text(fp)
+    from pytest_gpucompat.cli import format_fingerprint
+
+    text = format_fingerprint(fp)
     assert "gpus:          none" in text and "NVML not available" in text

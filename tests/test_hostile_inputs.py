@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.checks.compare import load_thresholds
 from pytest_gpucompat.cli import main
-from pytest_gpucompat.compare import load_thresholds
 from pytest_gpucompat.errors import InputError
 from pytest_gpucompat.matrix import load_named_matrices
 from pytest_gpucompat.report import markdown as md_module
-from pytest_gpucompat.report.model import Report, ReportError, load_report, write_failure_message
+from pytest_gpucompat.report.io import load_report, write_failure_message
+from pytest_gpucompat.report.model import Report, ReportError
 
 HOSTILE = Path(__file__).parent / "hostile"
 TIME_LIMIT_S = 10.0
@@ -265,7 +266,6 @@ def test_matrix_deep_and_bomb(tmp_path: Path) -> None:
             load_named_matrices(str(path))
         assert time.monotonic() - start < TIME_LIMIT_S
         assert_one_line(f"gpucompat: {info.value}\n", path, None)
-        load_named_matrices.cache_clear()
 
 
 def test_thresholds_bomb(tmp_path: Path) -> None:
@@ -277,7 +277,7 @@ def test_thresholds_bomb(tmp_path: Path) -> None:
 
 
 def test_report_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pytest_gpucompat.report.model.MAX_REPORT_BYTES", 100)
+    monkeypatch.setattr("pytest_gpucompat.report.io.MAX_REPORT_BYTES", 100)
     path = tmp_path / "r.json"
     path.write_text(" " * 200)
     with pytest.raises(ReportError, match="too large"):
@@ -368,22 +368,22 @@ def test_report_path_is_checked_before_any_test(pytester: pytest.Pytester, where
 FULL_DISK_CONFTEST = """
 import errno
 import pytest_gpucompat.report.collector as collector
-import pytest_gpucompat.report.model as model
+import pytest_gpucompat.report.io as report_io
 
 saved = {}
 
 def pytest_configure(config):
-    saved.update(checkpoint=collector._CHECKPOINT_S, write=model.write_report_atomic)
+    saved.update(checkpoint=collector._CHECKPOINT_S, write=report_io.write_report_atomic)
     collector._CHECKPOINT_S = 0.0
 
     def full(report, path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    model.write_report_atomic = full
+    report_io.write_report_atomic = full
 
 def pytest_unconfigure(config):
     collector._CHECKPOINT_S = saved["checkpoint"]
-    model.write_report_atomic = saved["write"]
+    report_io.write_report_atomic = saved["write"]
 """
 
 

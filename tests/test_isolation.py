@@ -20,22 +20,13 @@ import pytest
 from _procs import dead
 
 from pytest_gpucompat.engines import Unsupported
-from pytest_gpucompat.engines import isolation as iso
+from pytest_gpucompat.engines import pool as pool_module
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from pytest_gpucompat.engines.isolation import (
-    EnginePool,
-    IsolatedEngine,
-    ProcessGroup,
-    exit_status,
-    failure_reason,
-    is_ours,
-    last_error,
-    log_tail,
-    positive_seconds,
-    process_group,
-    run_in_child,
-    state_dir,
-)
+from pytest_gpucompat.engines.failures import exit_status, failure_reason, last_error, log_tail
+from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child
+from pytest_gpucompat.engines.pool import EnginePool
+from pytest_gpucompat.engines.processes import ProcessGroup, is_ours, process_group, state_dir
+from pytest_gpucompat.options import positive_seconds
 
 FAKE = f"{__name__}:FakeEngine"
 
@@ -277,7 +268,7 @@ def test_pool_remembers_a_failed_start(tmp_path: Path, monkeypatch: pytest.Monke
             super().__init__(*args, **kwargs)
             created.append(self)
 
-    monkeypatch.setattr(iso, "IsolatedEngine", Counting)
+    monkeypatch.setattr(pool_module, "IsolatedEngine", Counting)
     pool = EnginePool(tmp_path)
     for _ in range(3):
         with pytest.raises(EngineFailed, match="refused to start") as failure:
@@ -383,7 +374,7 @@ def test_only_groups_with_their_leaders_start_time_are_ours() -> None:
 
 
 def test_state_lives_in_a_private_directory(tmp_path: Path) -> None:
-    from pytest_gpucompat.engines.isolation import _check_private
+    from pytest_gpucompat.engines.processes import _check_private
 
     private = state_dir()
     info = os.lstat(private)
@@ -405,7 +396,8 @@ import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_isolation import measure
 from pytest_gpucompat.engines.base import EngineFailed
-from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child, state_dir
+from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child
+from pytest_gpucompat.engines.processes import state_dir
 print(state_dir())
 ok = IsolatedEngine("hf")
 print(ok.log_path)

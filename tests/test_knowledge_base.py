@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pytest_gpucompat.fingerprint import GPU, Fingerprint
-from pytest_gpucompat.rules import builtin_rule_files, load_kb, load_rule_file, matching_rules
+from pytest_gpucompat.kb import builtin_rule_files, load_kb, load_rule_file, matching_rules
 
 KB = load_kb()
 ALL_CLAIMS = {f"S{i:02d}" for i in range(1, 144)}

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from pytest_gpucompat import memory
-from pytest_gpucompat.memory import MemorySample, leak_verdict, nvml_index, sample, settle
+from pytest_gpucompat.checks import memory
+from pytest_gpucompat.checks.memory import MemorySample, leak_verdict, nvml_index, sample, settle
 
 
 def series(values: Sequence[float | None], metric: str = "nvml_process_mib") -> list[MemorySample]:

@@ -199,7 +199,7 @@ def _errors(tmp_path: Path) -> list[ValueError]:
 def test_light_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import pytest_gpucompat.models, pytest_gpucompat.compare, pytest_gpucompat.memory\n"
+        "import pytest_gpucompat.models, pytest_gpucompat.checks.compare, pytest_gpucompat.checks.memory\n"
         "import pytest_gpucompat.engines, pytest_gpucompat.engines.isolation\n"
         "import pytest_gpucompat.engines.hf, pytest_gpucompat.engines.vllm, pytest_gpucompat.engines.sglang\n"
         "import pytest_gpucompat.engines.trtllm, pytest_gpucompat.engines.openai\n"

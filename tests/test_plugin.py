@@ -103,8 +103,8 @@ def test_marks_from_rules_and_report(project):
     assert tp4["rules"] == ["t-docs-says-tp-hangs"]
     assert tp4["findings"][0]["unconfirmed"] is True and tp4["findings"][0]["action"] == "annotate"
     result.stdout.fnmatch_lines(["*evidence against rule(s) t-docs-says-tp-hangs:*tensor_parallel_size=4*passed*"])
+    from pytest_gpucompat.report import load_report
     from pytest_gpucompat.report.diff import stale_rules
-    from pytest_gpucompat.report.model import load_report
 
     stale = {s.rule_id: s for s in stale_rules(load_report(project.path / "out.json"))}
     assert list(stale) == ["t-docs-says-tp-hangs"] and stale["t-docs-says-tp-hangs"].confidence == "documents"
@@ -187,7 +187,7 @@ def test_bad_input_is_one_line_usage_error(pytester, name, content, option, frag
 
 def test_policy_hook_can_override(project):
     project.makeconftest("""
-        from pytest_gpucompat.verdicts import Decision
+        from pytest_gpucompat.kb import Decision
 
         def pytest_gpucompat_decide(config, cell, findings, fingerprint):
             return Decision("run", False, "team policy: run everything", tuple(findings))

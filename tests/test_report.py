@@ -18,17 +18,16 @@ from pytest_gpucompat import __version__
 from pytest_gpucompat.report import cli
 from pytest_gpucompat.report.diff import diff_reports, format_diff, parse_threshold, stale_rules
 from pytest_gpucompat.report.html import render_html
+from pytest_gpucompat.report.io import load_report, write_report_atomic
 from pytest_gpucompat.report.junit import render_junit
 from pytest_gpucompat.report.markdown import render_markdown, write_step_summary
 from pytest_gpucompat.report.merge import merge_reports, outcomes_by_nodeid, uncovered_cells
 from pytest_gpucompat.report.model import (
     OUTCOMES,
-    Cell,
-    Finding,
+    CellRecord,
+    FindingRecord,
     Report,
     ReportError,
-    load_report,
-    write_report_atomic,
 )
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -201,16 +200,16 @@ def test_non_finite_metrics_become_null(schema: dict[str, Any]) -> None:
 
 def test_cell_rejects_unknown_outcome_and_report_unknown_runner() -> None:
     with pytest.raises(ValueError, match="unknown outcome"):
-        Cell(nodeid="a::b", outcome="passd", runner="r")
+        CellRecord(nodeid="a::b", outcome="passd", runner="r")
     with pytest.raises(ValueError, match="without a fingerprint"):
-        Report(runners={}, cells=[Cell(nodeid="a::b", outcome="passed", runner="r")])
+        Report(runners={}, cells=[CellRecord(nodeid="a::b", outcome="passed", runner="r")])
 
 
 def test_cell_defaults_and_conversion() -> None:
-    c = Cell.from_dict({"nodeid": "t.py::f[x]", "outcome": "passed"}, runner="me")
+    c = CellRecord.from_dict({"nodeid": "t.py::f[x]", "outcome": "passed"}, runner="me")
     assert c.test == "t.py::f" and c.runner == "me" and c.rules == () and c.findings == ()
-    built = Cell(nodeid="t.py::f", outcome="failed", runner="me", findings=[DEGRADED], rules=["r1"])
-    assert isinstance(built.findings[0], Finding) and built.rules == ("r1",)
+    built = CellRecord(nodeid="t.py::f", outcome="failed", runner="me", findings=[DEGRADED], rules=["r1"])
+    assert isinstance(built.findings[0], FindingRecord) and built.rules == ("r1",)
     assert not built.ran or built.outcome == "failed"
 
 
@@ -816,7 +815,7 @@ def test_add_report_subparsers(
             "leak_mib_per_cycle:+1",
         ]
     )
-    assert args.fail_on == ["tokens_per_s:-5%", "leak_mib_per_cycle:+1"]
+    assert args.compare_fail == ["tokens_per_s:-5%", "leak_mib_per_cycle:+1"]  # --fail-on: the older spelling
     assert args.func(args) == 0
     args = parser.parse_args(["diff", str(report_file), str(report_file)])
     assert args.func(args) == 0

@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_gpucompat.report.io import load_report
 from pytest_gpucompat.report.junit import render_junit
 from pytest_gpucompat.report.markdown import render_markdown
-from pytest_gpucompat.report.model import load_report
 
 
 def cells_by_test(path):

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gpucompat.errors import InputError
 from pytest_gpucompat.fingerprint import GPU, Fingerprint
-from pytest_gpucompat.rules import load_kb, load_rule_file, matching_rules, parse_rule
+from pytest_gpucompat.kb import load_kb, load_rule_file, matching_rules, parse_rule
 from pytest_gpucompat.versions import matches, parse_specifier, parse_version
 
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
@@ -24,7 +24,7 @@ def rule(**overrides):
 
 
 def kb_of(*rules):
-    from pytest_gpucompat.rules import KnowledgeBase
+    from pytest_gpucompat.kb import KnowledgeBase
 
     return KnowledgeBase(rules=tuple(rules))
 
@@ -212,7 +212,7 @@ def test_indexed_matching_agrees_with_the_rule_by_rule_reference():
     """matching_rules uses a precomputed index; it must give exactly what checking each rule gives."""
     import random
 
-    from pytest_gpucompat.rules import Facts, rule_matches
+    from pytest_gpucompat.kb import Facts, rule_matches
 
     kb = load_kb()
     rng = random.Random(7)
@@ -238,3 +238,102 @@ def test_indexed_matching_agrees_with_the_rule_by_rule_reference():
         engine = rng.choice([None, "vllm", "sglang", "tensorrt-llm", "hf"])
         expected = [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, {**fp.params, **params})]
         assert ids(kb, fp, engine, params) == expected
+
+
+RULE_TEMPLATE = """
+rules:
+  - id: {rid}
+    summary: s
+    severity: advice
+    failure: none
+    confidence: upstream
+    sources: [{{kind: doc, ref: x}}]
+"""
+
+
+def test_a_rule_file_rewritten_in_the_same_process_is_read_again(tmp_path):
+    path = write(tmp_path, "mine.yaml", RULE_TEMPLATE.format(rid="first"))
+    kb = load_kb([path], builtin=False)
+    assert [r.id for r in kb.rules] == ["first"]
+    assert load_kb([path], builtin=False) is kb, "an unchanged file is not parsed again"
+    path.write_text(RULE_TEMPLATE.format(rid="second-rule"))
+    assert [r.id for r in load_kb([path], builtin=False).rules] == ["second-rule"]
+    # the same size and a changed mtime (a rewrite in the same millisecond keeps the mtime: see file_stamp)
+    path.write_text(RULE_TEMPLATE.format(rid="third-rule."))
+    import os
+
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert [r.id for r in load_kb([path], builtin=False).rules] == ["third-rule."]
+
+
+def test_a_new_file_in_a_rule_directory_is_seen(tmp_path):
+    write(tmp_path, "a.yaml", RULE_TEMPLATE.format(rid="a"))
+    assert [r.id for r in load_kb([tmp_path], builtin=False).rules] == ["a"]
+    write(tmp_path, "b.yaml", RULE_TEMPLATE.format(rid="b"))
+    assert [r.id for r in load_kb([tmp_path], builtin=False).rules] == ["a", "b"]
+
+
+def test_changing_the_matrices_dir_changes_the_builtin_rules_and_matrices(tmp_path, monkeypatch):
+    from pytest_gpucompat.matrix import load_named_matrices
+
+    shipped_kb, shipped = load_kb(), load_named_matrices()
+    (tmp_path / "rules").mkdir()
+    write(tmp_path / "rules", "team.yaml", RULE_TEMPLATE.format(rid="team-only"))
+    write(tmp_path, "matrices.yaml", "matrices: {team: [{engine: hf, params: {dtype: [float32]}}]}\n")
+    monkeypatch.setenv("GPUCOMPAT_MATRICES_DIR", str(tmp_path))
+    assert [r.id for r in load_kb().rules] == ["team-only"]
+    assert list(load_named_matrices()) == ["team"]
+    write(tmp_path, "matrices.yaml", "matrices: {team: [{engine: hf, params: {dtype: [float32, bfloat16]}}]}\n")
+    assert [c.id for c in load_named_matrices()["team"]] == ["hf-dtype=float32", "hf-dtype=bfloat16"]
+    monkeypatch.delenv("GPUCOMPAT_MATRICES_DIR")
+    assert load_kb() is shipped_kb
+    assert load_named_matrices() == shipped
+
+
+def test_every_condition_field_is_judged_by_one_per_condition_function():
+    """A new field of ``Conditions`` must be given to exactly one kind of per-condition function in ``kb.match``
+    (which both the reference ``rule_matches`` and the index use): see docs/extending.md "Add a rule field"."""
+    import dataclasses
+
+    from pytest_gpucompat.kb import Conditions
+    from pytest_gpucompat.kb.match import MACHINE_CONDITIONS, NEEDS_FIELDS, PACKAGE_FIELDS, PARAM_FIELDS
+
+    judged = [f for c in MACHINE_CONDITIONS for f in c.fields] + [*PACKAGE_FIELDS, *PARAM_FIELDS, *NEEDS_FIELDS]
+    assert sorted(judged) == sorted(f.name for f in dataclasses.fields(Conditions))
+
+
+@pytest.mark.parametrize("when", [
+    {"driver": "<535"}, {"cuda_driver": ">=12"}, {"cuda_runtime": "12.1"}, {"gpu_count": ">=2"},
+    {"interconnect": "nvlink"}, {"gpu": ["*v100*"]}, {"arch": ["ampere"]}, {"compute_capability": "<8.0"},
+    {"gpu_memory_mib": "<40000"}, {"packages": {"vllm": "<0.6"}}, {"params": {"dtype": ["bfloat16"]}},
+    {"params": {"tensor_parallel_size": ">=2"}}, {"model": ["*qwen*"]},
+    {"needs": {"gpus": ["tensor_parallel_size"]}},
+    {"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}},
+])
+def test_index_and_reference_agree_on_each_condition_kind(when):
+    """Each condition kind alone, over machines and cells that make it hold and fail."""
+    from pytest_gpucompat.kb import Facts, rule_matches
+
+    r = rule(when=when, engine="vllm")
+    kb = kb_of(r)
+    v100 = GPU(index=0, name="Tesla V100-SXM2-32GB", architecture="volta", compute_capability="7.0",
+               memory_mib=32768)
+    machines = [
+        Fingerprint(),
+        Fingerprint(gpus=(v100,), driver="530.30.02", cuda_driver="12.1", cuda_runtime="12.1.105",
+                    interconnect="pcie", packages={"vllm": "0.5.4"}),
+        Fingerprint(gpus=(A100, H200), driver="580.159.04", cuda_driver="13.0", cuda_runtime="12.8",
+                    interconnect="nvlink", packages={"vllm": "0.26.0"}),
+    ]
+    cells = [{}, {"dtype": "bfloat16", "tensor_parallel_size": 2, "model": "Qwen/Qwen2-7B",
+                  "model_weights_mib": 100_000}, {"dtype": "float16", "tensor_parallel_size": 1},
+             {"tensor_parallel_size": 4, "model_weights_mib": 200_000}]
+    outcomes = set()
+    for fp in machines:
+        for params in cells:
+            for engine in ("vllm", None):
+                want = rule_matches(r, Facts.of(fp), engine, {**fp.params, **params})
+                assert (ids(kb, fp, engine, params) == ["r1"]) is want, (fp, engine, params)
+                outcomes.add(want)
+    assert outcomes == {True, False}, "the condition both held and failed"

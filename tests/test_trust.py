@@ -11,8 +11,7 @@ import pytest
 
 from pytest_gpucompat import cli
 from pytest_gpucompat.fingerprint import load as load_fingerprints
-from pytest_gpucompat.rules import load_kb, matching_rules, parse_rule
-from pytest_gpucompat.verdicts import cell_findings, concerns_cell, decide, findings_for
+from pytest_gpucompat.kb import cell_findings, concerns_cell, decide, findings_for, load_kb, matching_rules, parse_rule
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 
@@ -181,7 +180,7 @@ def test_parallel_cells_need_visible_gpus(tmp_path, engine, params, gpus, detail
     env = write_fingerprint(tmp_path / "h200.json", *CLEAN["h100-vllm0101"][:6], {engine: "9.0"}, gpus=gpus)
     fp = next(iter(load_fingerprints(env).values()))
     findings = cell_findings(matching_rules(load_kb(), fp, engine, params))
-    from pytest_gpucompat.verdicts import with_details
+    from pytest_gpucompat.kb.verdicts import with_details
 
     rules = matching_rules(load_kb(), fp, engine, params)
     needs = [f for f in with_details(findings, rules, fp, params) if f.id.endswith("needs-visible-gpus")]
@@ -240,7 +239,7 @@ def test_fleet_preview_honours_the_policy_hook(pytester):
     result = pytester.runpytest("--gpucompat", "--gpucompat-env", "fleet.json", "--co")
     result.stdout.fnmatch_lines(["*one-gpu*", "*0 run, 1 skip*", "*needs 2 GPUs*", "*two-gpu*", "*1 run, 0 skip*"])
     pytester.makeconftest("""
-        from pytest_gpucompat.verdicts import Decision
+        from pytest_gpucompat.kb import Decision
 
         def pytest_gpucompat_decide(config, cell, findings, fingerprint):
             return Decision("run", False, "policy: run everything", tuple(findings))

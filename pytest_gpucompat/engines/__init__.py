@@ -1,4 +1,5 @@
-"""Engine registry: names, the distribution each one is installed as, and lazy creation of adapters.
+"""Engines: lazy creation of adapters, and the helpers every adapter shares. What each engine is (its name,
+aliases, distribution, module, ...) lives in `registry` (one EngineDescriptor per engine).
 
 Nothing here imports an engine (or torch): an adapter module is imported only when its engine is created, so a
 machine without vLLM can still collect and skip vLLM cells.
@@ -9,15 +10,27 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from .registry import (
+    EngineDescriptor,
+    canonical_name,
+    descriptor,
+    descriptors,
+    engine_names,
+    kb_engine_names,
+    normalize_dtype,
+    register,
+    runs_in_process,
+)
 
 __all__ = [
     "ENGINE_NAMES",
     "Unsupported",
     "DISTRIBUTIONS",
+    "EngineDescriptor",
     "HARNESS_PARAMS",
     "IN_PROCESS_ENGINES",
     "Engine",
@@ -28,12 +41,18 @@ __all__ = [
     "RunInfo",
     "canonical_name",
     "create",
+    "descriptor",
     "distribution",
     "engine_params",
     "engine_version",
+    "import_failure",
+    "kb_engine_names",
     "normalize_dtype",
     "missing_module",
     "one_line",
+    "register",
+    "runs_in_process",
+    "unit_vector",
     "wants_embeddings",
 ]
 
@@ -43,60 +62,22 @@ class Unsupported(EngineUnavailable, NotImplementedError):
     failure. Both `except EngineUnavailable` and `except NotImplementedError` catch it."""
 
 
-ENGINE_NAMES: tuple[str, ...] = ("hf", "vllm", "sglang", "tensorrt-llm", "openai")
+ENGINE_NAMES: tuple[str, ...] = engine_names()
 
-_ADAPTERS: dict[str, str] = {
-    "hf": "pytest_gpucompat.engines.hf:HFEngine",
-    "vllm": "pytest_gpucompat.engines.vllm:VLLMEngine",
-    "sglang": "pytest_gpucompat.engines.sglang:SGLangEngine",
-    "tensorrt-llm": "pytest_gpucompat.engines.trtllm:TRTLLMEngine",
-    "openai": "pytest_gpucompat.engines.openai:OpenAIEngine",
-}
-
-DISTRIBUTIONS: dict[str, str] = {
-    "hf": "transformers",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "tensorrt-llm": "tensorrt-llm",
-    "openai": "requests",
-}
+DISTRIBUTIONS: dict[str, str] = {d.name: d.distribution for d in descriptors()}
 """The distribution whose version identifies each engine (what `importlib.metadata.version` is asked)."""
 
-_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "tensorrt_llm"}
-"""The top-level module each isolated engine imports first."""
-
-_ALIASES: dict[str, str] = {
-    "transformers": "hf",
-    "huggingface": "hf",
-    "trtllm": "tensorrt-llm",
-    "tensorrt_llm": "tensorrt-llm",
-    "trt-llm": "tensorrt-llm",
-    "openai-compatible": "openai",
-}
-
-IN_PROCESS_ENGINES: frozenset[str] = frozenset({"hf"})
+IN_PROCESS_ENGINES: frozenset[str] = frozenset(d.name for d in descriptors() if d.in_process)
 """Engines that run in the pytest process by default; every other engine runs isolated in a child process."""
 
 HARNESS_PARAMS: frozenset[str] = frozenset({"env", "task", "start_timeout_s", "call_timeout_s", "isolated"})
 """Spec params read by the harness, never passed on to an engine's own constructor."""
 
 
-def canonical_name(name: str) -> str:
-    """The registry name for `name` (aliases such as `trtllm` accepted); import paths are returned unchanged."""
-    if ":" in name:
-        return name
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in _ADAPTERS:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
-    return key
-
-
 def distribution(name: str) -> str | None:
     """Distribution name of an engine, for version lookups; None for import-path engines."""
-    if ":" in name:
-        return None
-    return DISTRIBUTIONS[canonical_name(name)]
+    found = descriptor(name)
+    return found.distribution if found is not None else None
 
 
 def engine_version(name: str) -> str | None:
@@ -118,14 +99,21 @@ def missing_module(name: str, params: Mapping[str, Any] | None = None) -> str | 
     """
     if ":" in name or (params and params.get("env")):
         return None
-    module = _MODULES.get(canonical_name(name))
+    module = descriptor(name).module  # type: ignore[union-attr]
     if module is None:
         return None
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         found = False
-    return None if found else f"{module} is not importable: ModuleNotFoundError: No module named '{module}'"
+    return None if found else str(import_failure(module, ModuleNotFoundError(f"No module named '{module}'")))
+
+
+def import_failure(module: str, exc: BaseException) -> EngineUnavailable:
+    """The skip for an engine that cannot be imported: `vllm is not importable: ModuleNotFoundError: ...`, or for
+    one that breaks while importing (a CUDA library mismatch raised as OSError) `... cannot be imported here: ...`."""
+    how = "is not importable" if isinstance(exc, ImportError) else "cannot be imported here"
+    return EngineUnavailable(f"{module} {how}: {one_line(exc)}")
 
 
 def _load(target: str) -> Callable[[], Any]:
@@ -143,7 +131,8 @@ def create(name: str) -> Engine:
     `name` is a registry name or alias, or an import path `package.module:Factory` (a class or a function that
     takes no argument): the latter lets tests and in-house engines plug in without being registered here.
     """
-    target = _ADAPTERS[canonical_name(name)] if ":" not in name else name
+    found = descriptor(name)
+    target = found.adapter if found is not None else name
     try:
         factory = _load(target)
     except (ImportError, AttributeError) as exc:
@@ -159,35 +148,16 @@ def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in HARNESS_PARAMS}
 
 
-_DTYPE_ALIASES: dict[str, str] = {
-    "fp32": "float32",
-    "float": "float32",
-    "float32": "float32",
-    "torch.float32": "float32",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "torch.bfloat16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-    "float16": "float16",
-    "torch.float16": "float16",
-    "auto": "auto",
-    "fp8": "fp8",
-    "float8": "fp8",
-    "fp8_e4m3": "fp8",
-    "float8_e4m3fn": "fp8",
-}
-
-
-def normalize_dtype(value: Any) -> str:
-    """`bf16`, `torch.bfloat16`, `bfloat16` -> `bfloat16` (and so on); unknown strings pass through lower-cased."""
-    text = str(value).strip().lower()
-    return _DTYPE_ALIASES.get(text, text)
-
-
 def wants_embeddings(params: Mapping[str, Any]) -> bool:
     """`task: embed` in the spec: the engine is started as an embedding (pooling) model."""
     return str(params.get("task", "generate")).lower() in ("embed", "embedding", "embeddings", "pooling")
+
+
+def unit_vector(values: Sequence[Any]) -> list[float]:
+    """An embedding as floats scaled to length 1 (a zero vector stays as it is): what every adapter returns."""
+    vec = [float(x) for x in values]
+    norm = sum(x * x for x in vec) ** 0.5
+    return [x / norm for x in vec] if norm > 0 else vec
 
 
 def one_line(exc: BaseException) -> str:

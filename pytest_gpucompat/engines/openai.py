@@ -29,58 +29,36 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.metadata
-import json
 import os
 import re
-import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, engine_params, one_line, wants_embeddings
+from . import Unsupported, engine_params, engine_version, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from .isolation import (
-    ProcessGroup,
-    death_signal_preexec,
-    engine_failed,
-    exit_status,
-    kill_groups,
-    process_group,
-    register_process_group,
-    side_file,
+from .child import register_process_group, side_file
+from .failures import engine_failed, exit_status
+from .processes import ProcessGroup, death_signal_preexec, kill_groups, process_group
+from .registry import descriptor, server_names
+from .servers import (
+    COMMAND,
+    cli_flags,
+    custom_server_command,
+    engine_server_command,
+    free_port,
+    port_open,
+    server_name,
+    servers,
 )
 
-SERVERS = ("vllm", "sglang", "tensorrt-llm", "command")
-_SERVER_ALIASES = {"trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
-FLAVORS = ("vllm", "sglang", "tensorrt-llm", "openai")
+__all__ = ["OpenAIEngine", "cli_flags", "free_port"]
 
 _OWN_PARAMS = {
     "endpoint", "server", "flavor", "server_args", "startup_timeout_s", "request_timeout_s", "api_key",
     "model_name", "log_path", "extra_body", "host", "server_command",
-}
-
-_SERVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "vllm": {"gpu_memory_utilization": 0.2, "enforce_eager": True, "seed": 0},
-    "sglang": {"mem_fraction_static": 0.2, "random_seed": 0},
-    "tensorrt-llm": {"backend": "pytorch", "kv_cache_free_gpu_memory_fraction": 0.2},
-    "command": {},
-}
-_SERVER_ENV_DEFAULTS: dict[str, dict[str, str]] = {
-    "vllm": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
-    "sglang": {},
-    "tensorrt-llm": {},
-    "command": {},
-}
-_TRTLLM_CLI = {
-    "tokenizer", "backend", "log_level", "max_beam_width", "max_batch_size", "max_num_tokens", "max_seq_len",
-    "tensor_parallel_size", "tp_size", "pipeline_parallel_size", "pp_size", "gpus_per_node",
-    "free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction", "trust_remote_code", "revision",
-    "num_postprocess_workers", "reasoning_parser", "chat_template",
 }
 ENDPOINT_REFUSED_GRACE_S = 3.0
 """How long a given endpoint may refuse connections before its start fails (a server still binding its port)."""
@@ -90,38 +68,6 @@ _VLLM_LOG = {
     "kv_cache_dtype": re.compile(r"\bkv_cache_dtype=([\w.]+)"),
     "attention_backend": re.compile(r"Using (\S+) attention backend"),
 }
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex((host, port)) == 0
-
-
-def cli_flags(params: Mapping[str, Any], style: str) -> list[str]:
-    """`{"max_model_len": 512, "enforce_eager": True}` -> `--max-model-len 512 --enforce-eager` (style "dash"),
-    or `--max_model_len 512` (style "underscore"). False booleans are left out, dicts become JSON."""
-    out: list[str] = []
-    for key, value in params.items():
-        flag = "--" + (key.replace("_", "-") if style == "dash" else key)
-        if value is None or value is False:
-            continue
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, Mapping):
-            out += [flag, json.dumps(dict(value))]
-        elif isinstance(value, (list, tuple)):
-            out += [flag, *[str(v) for v in value]]
-        else:
-            out += [flag, str(value)]
-    return out
 
 
 class OpenAIEngine:
@@ -167,12 +113,12 @@ class OpenAIEngine:
             self._base = base[: -len("/v1")] if base.endswith("/v1") else base
             self._flavor = _flavor(params.get("flavor", "openai"))
         else:
-            default_server = "command" if params.get("server_command") else "vllm"
-            server = str(params.get("server", default_server))
-            server = _SERVER_ALIASES.get(server, server)
-            if server not in SERVERS:
-                raise EngineFailed(f"openai: unknown server {server!r}; known: {', '.join(SERVERS)}")
-            self._flavor = _flavor(params.get("flavor", "openai" if server == "command" else server))
+            default_server = COMMAND if params.get("server_command") else "vllm"
+            asked = str(params.get("server", default_server))
+            server = server_name(asked)
+            if server is None:
+                raise EngineFailed(f"openai: unknown server {asked!r}; known: {', '.join(servers())}")
+            self._flavor = _flavor(params.get("flavor", "openai" if server == COMMAND else server))
             self._launch(server, spec, params)
         self._model_name = str(params.get("model_name") or "")
         self._wait_ready(startup_timeout)
@@ -183,28 +129,28 @@ class OpenAIEngine:
         self._port = free_port(self._host)
         self._base = f"http://{self._host}:{self._port}"
         passthrough = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
-        settings = dict(_SERVER_DEFAULTS[server])
+        found = descriptor(server) if server != COMMAND else None
+        command = found.server if found is not None else None
+        settings = dict(command.defaults) if command is not None else {}
         settings.update(passthrough)
-        if self._embed_mode and server == "vllm":
-            settings.setdefault("runner", "pooling")
-            settings.setdefault("pooler_config", {"pooling_type": "MEAN"})
-        if self._embed_mode and server == "sglang":
-            settings["is_embedding"] = True
-        if self._embed_mode and server == "tensorrt-llm":
-            raise Unsupported("openai/tensorrt-llm: embeddings are not supported by this adapter")
-        if server == "command":
-            cmd = self._custom_command(params.get("server_command"), spec.model)
+        if self._embed_mode and command is not None:
+            if command.embed_settings is None:
+                raise Unsupported(f"openai/{server}: embeddings are not supported by this adapter")
+            for key, value in command.embed_settings.items():
+                settings.setdefault(key, value)
+        if command is None:
+            cmd = custom_server_command(params.get("server_command"), spec.model, self._host, self._port)
         else:
-            cmd = self._command(server, spec.model, settings)
+            cmd = engine_server_command(server, spec.model, self._host, self._port, settings, self._options_file)
         extra = params.get("server_args")
         if isinstance(extra, Mapping):
-            cmd += cli_flags(extra, "underscore" if server == "tensorrt-llm" else "dash")
+            cmd += cli_flags(extra, command.flag_style if command is not None else "dash")
         elif isinstance(extra, (list, tuple)):
             cmd += [str(a) for a in extra]
         elif isinstance(extra, str) and extra.strip():
             cmd += extra.split()
         env = dict(os.environ)
-        for key, value in _SERVER_ENV_DEFAULTS[server].items():
+        for key, value in (command.env_defaults if command is not None else {}).items():
             env.setdefault(key, value)
         self._log_path = Path(params["log_path"]) if params.get("log_path") else side_file(f"{server}-server")
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,48 +168,11 @@ class OpenAIEngine:
         register_process_group(self._proc.pid)
         _STARTED.append(self)
 
-    def _custom_command(self, template: Any, model: str) -> list[str]:
-        """Any OpenAI-compatible server: `server_command` with {host}, {port}, {model} placeholders."""
-        if isinstance(template, str):
-            import shlex
-
-            parts = shlex.split(template)
-        elif isinstance(template, (list, tuple)) and template:
-            parts = [str(p) for p in template]
-        else:
-            raise EngineFailed("openai: server_command must be a command line (string or list)")
-        values = {"host": self._host, "port": str(self._port), "model": model, "python": sys.executable}
-        try:
-            return [p.format(**values) for p in parts]
-        except (KeyError, IndexError, ValueError) as exc:
-            raise EngineFailed(f"openai: bad placeholder in server_command: {one_line(exc)}") from None
-
-    def _command(self, server: str, model: str, settings: dict[str, Any]) -> list[str]:
-        host, port = self._host, str(self._port)
-        if server == "vllm":
-            _require_module("vllm")
-            exe = shutil.which("vllm")
-            head = [exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-            return [*head, "serve", model, "--host", host, "--port", port, *cli_flags(settings, "dash")]
-        if server == "sglang":
-            _require_module("sglang")
-            return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
-                    "--port", port, *cli_flags(settings, "dash")]
-        exe = shutil.which("trtllm-serve")
-        if exe is None:
-            _require_module("tensorrt_llm")
-            raise EngineUnavailable("openai/tensorrt-llm: trtllm-serve is not on PATH")
-        cli = {k: v for k, v in settings.items() if k in _TRTLLM_CLI}
-        yaml_part = {k: v for k, v in settings.items() if k not in _TRTLLM_CLI}
-        cmd = [exe, model, "--host", host, "--port", port, *cli_flags(cli, "underscore")]
-        if yaml_part:
-            import yaml
-
-            path = side_file("trtllm-options", ".yaml")
-            path.write_text(yaml.safe_dump(yaml_part))
-            self._tmp_files.append(str(path))
-            cmd += ["--extra_llm_api_options", str(path)]
-        return cmd
+    def _options_file(self) -> Path:
+        """A YAML file for the settings a server takes only from a file; removed at shutdown."""
+        path = side_file("trtllm-options", ".yaml")
+        self._tmp_files.append(str(path))
+        return path
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Poll GET /v1/models until the server answers; a server of ours that exits, or a given endpoint that
@@ -306,8 +215,7 @@ class OpenAIEngine:
         if server is not None:
             extra["server"] = server
             extra["server_log"] = str(self._log_path) if self._log_path else None
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                version = importlib.metadata.version(server)
+            version = engine_version(server) if server != COMMAND else None
         info = self._get_json("/version")
         if isinstance(info, Mapping) and info.get("version"):
             version = str(info["version"])
@@ -328,7 +236,8 @@ class OpenAIEngine:
             extra["kv_cache_dtype_setting"] = kv
             kv = dtype
         if self._embed_mode:
-            extra["pooling"] = {"vllm": "mean", "sglang": "last"}.get(str(server or self._flavor))
+            found = descriptor(server or self._flavor) if (server or self._flavor) in server_names() else None
+            extra["pooling"] = found.server.pooling if found is not None and found.server is not None else None
         return RunInfo(
             engine=self.name,
             version=version,
@@ -370,13 +279,9 @@ class OpenAIEngine:
             raise EngineFailed(f"openai: {path} answered non-JSON: {resp.text[:200]!r}") from None
 
     def _request_extras(self) -> dict[str, Any]:
-        if self._flavor == "vllm":
-            return {"ignore_eos": True, "return_tokens_as_token_ids": True, "return_token_ids": True}
-        if self._flavor == "sglang":
-            return {"ignore_eos": True}
-        if self._flavor == "tensorrt-llm":
-            return {"ignore_eos": True, "detokenize": False}
-        return {}
+        """What this flavor of server accepts beyond the standard fields (a plain `openai` flavor: nothing)."""
+        found = descriptor(self._flavor) if self._flavor in server_names() else None
+        return dict(found.server.request_extras) if found is not None and found.server is not None else {}
 
     def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
         if self._embed_mode:
@@ -447,11 +352,9 @@ class OpenAIEngine:
         for prompt in prompts:
             data = self._post("/v1/embeddings", {"model": self._model_name, "input": [int(t) for t in prompt]})
             try:
-                vec = [float(x) for x in data["data"][0]["embedding"]]
+                vectors.append(unit_vector(data["data"][0]["embedding"]))
             except (KeyError, IndexError, TypeError, ValueError):
                 raise EngineFailed(f"openai: embeddings answer without data: {str(data)[:200]}") from None
-            norm = sum(x * x for x in vec) ** 0.5
-            vectors.append([x / norm for x in vec] if norm > 0 else vec)
         return vectors
 
     # -- shutdown ----------------------------------------------------------------------------------------------
@@ -474,7 +377,7 @@ class OpenAIEngine:
         kill_groups([group], grace_s, alive=lambda: proc.poll() is None)
         if self._port is not None:
             deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline and _port_open(self._host, self._port):
+            while time.monotonic() < deadline and port_open(self._host, self._port):
                 time.sleep(0.1)
         with contextlib.suppress(ValueError):
             _STARTED.remove(self)
@@ -499,18 +402,12 @@ atexit.register(_kill_started)
 
 
 def _flavor(value: Any) -> str:
+    """How to talk to the server: a registered server's name (aliases accepted), or `openai` (standard fields)."""
     text = str(value).lower()
-    text = _SERVER_ALIASES.get(text, text)
-    if text not in FLAVORS:
-        raise EngineFailed(f"openai: unknown flavor {value!r}; known: {', '.join(FLAVORS)}")
-    return text
-
-
-def _require_module(module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise EngineUnavailable(f"openai: cannot start a {module} server: No module named {module!r}")
+    name = "openai" if text == "openai" else server_name(text)
+    if name is None or name == COMMAND:
+        raise EngineFailed(f"openai: unknown flavor {value!r}; known: {', '.join((*server_names(), 'openai'))}")
+    return name
 
 
 def _refused(exc: BaseException) -> bool:

@@ -26,8 +26,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
-from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
+from .base import EngineFailed, EngineSpec, Generation, RunInfo
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "skip_tokenizer_init": True,
@@ -49,10 +49,8 @@ class SGLangEngine:
         try:
             import sglang
             from sglang.srt.entrypoints.engine import Engine
-        except ImportError as exc:
-            raise EngineUnavailable(f"sglang is not importable: {one_line(exc)}") from None
-        except Exception as exc:
-            raise EngineUnavailable(f"sglang cannot be imported here: {one_line(exc)}") from None
+        except Exception as exc:  # ImportError, or an error raised while importing
+            raise import_failure("sglang", exc) from None
 
         kwargs: dict[str, Any] = dict(ENGINE_DEFAULTS)
         kwargs.update(engine_params(spec.params))
@@ -110,12 +108,7 @@ class SGLangEngine:
         except Exception as exc:
             raise EngineFailed(f"sglang: embed failed: {one_line(exc)}") from None
         items = out if isinstance(out, list) else [out]
-        vectors: list[list[float]] = []
-        for item in items:
-            vec = [float(x) for x in item["embedding"]]
-            norm = sum(x * x for x in vec) ** 0.5
-            vectors.append([x / norm for x in vec] if norm > 0 else vec)
-        return vectors
+        return [unit_vector(item["embedding"]) for item in items]
 
     def shutdown(self) -> None:
         engine, self._engine = self._engine, None

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
-from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, wants_embeddings
+from .base import EngineFailed, EngineSpec, Generation, RunInfo
 
 DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.2
 _KV_KEYS = {"kv_cache_dtype": "dtype", "free_gpu_memory_fraction": "free_gpu_memory_fraction",
@@ -50,10 +50,8 @@ class TRTLLMEngine:
         try:
             import tensorrt_llm
             from tensorrt_llm import LLM
-        except ImportError as exc:
-            raise EngineUnavailable(f"tensorrt_llm is not importable: {one_line(exc)}") from None
-        except Exception as exc:  # the placeholder sdist on PyPI raises at import, so do CUDA mismatches
-            raise EngineUnavailable(f"tensorrt_llm cannot be imported here: {one_line(exc)}") from None
+        except Exception as exc:  # ImportError; the placeholder sdist on PyPI raises at import, as do CUDA mismatches
+            raise import_failure("tensorrt_llm", exc) from None
 
         params = engine_params(spec.params)
         kv_overrides: dict[str, Any] = {}

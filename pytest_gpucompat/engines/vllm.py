@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import Unsupported, engine_params, normalize_dtype, one_line, wants_embeddings
+from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 ENV_DEFAULTS: dict[str, str] = {
@@ -103,10 +103,8 @@ class VLLMEngine:
         try:
             import vllm
             from vllm import LLM
-        except ImportError as exc:
-            raise EngineUnavailable(f"vllm is not importable: {one_line(exc)}") from None
-        except Exception as exc:  # e.g. a CUDA library mismatch raised as OSError at import
-            raise EngineUnavailable(f"vllm cannot be imported here: {one_line(exc)}") from None
+        except Exception as exc:  # ImportError, or e.g. a CUDA library mismatch raised as OSError at import
+            raise import_failure("vllm", exc) from None
         self._vllm = vllm
 
         kwargs: dict[str, Any] = dict(LLM_DEFAULTS)
@@ -235,12 +233,7 @@ class VLLMEngine:
             outputs = llm.embed(inputs, use_tqdm=False)
         except Exception as exc:
             raise EngineFailed(f"vllm: embed failed: {one_line(exc)}") from None
-        vectors: list[list[float]] = []
-        for out in outputs:
-            vec = [float(x) for x in out.outputs.embedding]
-            norm = sum(x * x for x in vec) ** 0.5
-            vectors.append([x / norm for x in vec] if norm > 0 else vec)
-        return vectors
+        return [unit_vector(out.outputs.embedding) for out in outputs]
 
     def shutdown(self) -> None:
         llm, self._llm = self._llm, None

@@ -10,6 +10,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import import_module
+
+from ..options import CLI, add_options
 
 # The renderers are imported by the commands that use them: every `gpucompat` command builds this parser, and
 # `gpucompat env` should not pay for the report code.
@@ -17,6 +20,15 @@ from collections.abc import Sequence
 EXIT_OK = 0
 EXIT_REGRESSED = 1
 EXIT_BAD_INPUT = 2
+
+#: The output formats of `gpucompat report`, in the order they are written: `--NAME FILE` -> (module of this
+#: package, its renderer: a function of a `Report` that returns the file's text, the option's help). A new format
+#: is a renderer module and one line here (docs/extending.md, "Add a report format").
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "html": ("html", "render_html", "write the self-contained HTML matrix here"),
+    "markdown": ("markdown", "render_markdown", "write the Markdown summary here"),
+    "junit": ("junit", "render_junit", "write JUnit XML here"),
+}
 
 
 def _error(command: str, message: str) -> int:
@@ -29,34 +41,32 @@ def _os_message(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
-def cmd_report(
-    path: str | os.PathLike[str],
-    html: str | os.PathLike[str] | None = None,
-    markdown: str | os.PathLike[str] | None = None,
-    junit: str | os.PathLike[str] | None = None,
-) -> int:
-    """Render a report; with no output option the Markdown goes to stdout. Also fills $GITHUB_STEP_SUMMARY."""
-    from .html import render_html
-    from .junit import render_junit
+def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] | None) -> int:
+    """Render a report into the files named by format (`html=`, `markdown=`, `junit=`, ...: a key of `FORMATS`);
+    with none the Markdown goes to stdout. Also fills $GITHUB_STEP_SUMMARY."""
+    from .io import load_report, write_text_atomic
     from .markdown import render_markdown, write_step_summary
-    from .model import ReportError, load_report, write_text_atomic
+    from .model import ReportError
 
+    unknown = sorted(set(outputs) - set(FORMATS))
+    if unknown:
+        raise TypeError(f"cmd_report: unknown format(s) {', '.join(unknown)}; known: {', '.join(FORMATS)}")
     try:
         report = load_report(path)
     except ReportError as exc:
         return _error("report", str(exc))
     md = render_markdown(report)
     try:
-        if html:
-            write_text_atomic(html, render_html(report))
-        if markdown:
-            write_text_atomic(markdown, md)
-        if junit:
-            write_text_atomic(junit, render_junit(report))
+        for name, (module, renderer, _help) in FORMATS.items():
+            target = outputs.get(name)
+            if not target:
+                continue
+            render = getattr(import_module(f".{module}", __package__), renderer)
+            write_text_atomic(target, md if render is render_markdown else render(report))
         write_step_summary(md)
     except OSError as exc:
         return _error("report", f"cannot write {_os_message(exc)}")
-    if not (html or markdown or junit):
+    if not any(outputs.values()):
         sys.stdout.write(md)
     return EXIT_OK
 
@@ -68,8 +78,9 @@ def cmd_merge(
 ) -> int:
     """Merge runner reports into one; runner names that repeat get `#2`, `#3`, ..."""
     from .html import render_html
+    from .io import load_report, write_report_atomic, write_text_atomic
     from .merge import merge_reports
-    from .model import ReportError, load_report, write_report_atomic, write_text_atomic
+    from .model import ReportError
 
     if not paths:
         return _error("merge", "no reports given")
@@ -99,7 +110,8 @@ def cmd_diff(
     out in the message; so is a threshold on a metric neither report nor the registry knows.
     """
     from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
-    from .model import ReportError, load_report
+    from .io import load_report
+    from .model import ReportError
 
     try:
         thresholds = [parse_threshold(expr) for expr in fail_on or ()]
@@ -119,7 +131,7 @@ def cmd_diff(
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    return cmd_report(args.report, html=args.html, markdown=args.markdown, junit=args.junit)
+    return cmd_report(args.report, **{name: getattr(args, name) for name in FORMATS})
 
 
 def _run_merge(args: argparse.Namespace) -> int:
@@ -127,7 +139,7 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def _run_diff(args: argparse.Namespace) -> int:
-    return cmd_diff(args.baseline, args.current, args.fail_on or [])
+    return cmd_diff(args.baseline, args.current, args.compare_fail or [])
 
 
 def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -139,9 +151,8 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "When $GITHUB_STEP_SUMMARY is set the summary is appended to it.",
     )
     p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
-    p.add_argument("--html", metavar="FILE", help="write the self-contained HTML matrix here")
-    p.add_argument("--markdown", metavar="FILE", help="write the Markdown summary here")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    for name, (_module, _renderer, help_text) in FORMATS.items():
+        p.add_argument(f"--{name}", metavar="FILE", help=help_text)
     p.set_defaults(func=_run_report)
 
     p = subparsers.add_parser(
@@ -158,17 +169,10 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "diff",
         help="compare a report with a baseline (CI gate)",
         description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails, "
-        "a new broken finding, a metric worse than a --fail-on threshold), 0 otherwise, 2 on bad input "
-        "(a missing baseline, an unknown metric).",
+        "a new broken finding, a metric worse than a --compare-fail threshold, also spelled --fail-on), 0 "
+        "otherwise, 2 on bad input (a missing baseline, an unknown metric).",
     )
     p.add_argument("baseline", help="baseline report JSON")
     p.add_argument("current", help="current report JSON")
-    p.add_argument(
-        "--fail-on",
-        action="append",
-        metavar="METRIC:±N[%]",
-        help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), "
-        "leak_mib_per_cycle:+1 (a rise of more than 1); METRIC is one the suites record (docs/ci.md lists them) "
-        "or one either report has; a change within the runs' measured spread is not a regression",
-    )
+    add_options(p.add_argument, "", CLI["diff"], cli=True)
     p.set_defaults(func=_run_diff)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ..state import NOT_COVERED, RunState, cell_key
+from .text import first_line
 
 try:
     import fcntl
@@ -46,9 +47,9 @@ class ReportCollector:
     def __init__(self, config: pytest.Config, state: RunState) -> None:
         self.config = config
         self.state = state
-        self.path: str | None = config.getoption("gpucompat_report", None)
+        self.path: str | None = state.settings.report
         if self.path:
-            from .model import report_path_problem
+            from .io import report_path_problem
 
             problem = report_path_problem(self.path)
             if problem:
@@ -207,7 +208,7 @@ class ReportCollector:
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
-        from .model import write_report_atomic, write_text_atomic
+        from .io import write_report_atomic, write_text_atomic
 
         if not self.path:
             return True
@@ -226,7 +227,7 @@ class ReportCollector:
         except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
             self._last_write = time.monotonic()  # the next checkpoint waits as usual
             if not partial:
-                from .model import write_failure_message
+                from .io import write_failure_message
 
                 sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
             return False
@@ -244,7 +245,7 @@ class ReportCollector:
             self.interrupted = True
         if not self.write(int(exitstatus)) and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
-        baseline = self.config.getoption("gpucompat_baseline", None)
+        baseline = self.state.settings.baseline
         if baseline:
             status = self._compare(baseline)
             if status and session.exitstatus == 0:
@@ -253,12 +254,13 @@ class ReportCollector:
     def _check_baseline_options(self) -> None:
         """Before the first test: a threshold that names no metric of the registry or of the baseline, or a baseline
         that is not a report, is a usage error now rather than after the whole run."""
-        baseline = self.config.getoption("gpucompat_baseline", None)
-        exprs = self.config.getoption("gpucompat_compare_fail") or []
+        baseline = self.state.settings.baseline
+        exprs = self.state.settings.compare_fail
         if not baseline:
             return
         from .diff import check_thresholds, parse_threshold
-        from .model import ReportError, load_report
+        from .io import load_report
+        from .model import ReportError
 
         try:
             thresholds = [parse_threshold(e) for e in exprs]
@@ -270,11 +272,12 @@ class ReportCollector:
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
         from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
-        from .model import ReportError, load_report
+        from .io import load_report
+        from .model import ReportError
 
         current = self.build()
         try:
-            thresholds = [parse_threshold(e) for e in self.config.getoption("gpucompat_compare_fail") or []]
+            thresholds = [parse_threshold(e) for e in self.state.settings.compare_fail]
             base = load_report(baseline) if os.path.lexists(baseline) else None
             check_thresholds(thresholds, *(r for r in (base, current) if r is not None))
         except (ReportError, ValueError) as exc:
@@ -377,7 +380,7 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
     directory = (getattr(config, "workerinput", None) or {}).get(_CELLS_DIR)
     if not directory:
         return
-    from .model import write_text_atomic
+    from .io import write_text_atomic
 
     cells = {item.nodeid: cs.payload(runner) for item in items if (cs := item.stash.get(cell_key, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
@@ -407,14 +410,10 @@ def _how_it_died(node: Any) -> str:
     return f"exited with status {code}"
 
 
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-
-
 def _failure_reason(report: pytest.TestReport) -> str:
     """The failure's own message: the crash line pytest prints after ``E`` (``AssertionError: drift 0.3 above
     0.2``, ``assert 3 == 4``), not the traceback's first line, which is the first fixture's repr."""
-    message = _first_line(getattr(getattr(report.longrepr, "reprcrash", None), "message", None))
+    message = first_line(getattr(getattr(report.longrepr, "reprcrash", None), "message", None))
     if message:
         return message.removeprefix("Failed: ")  # pytest.fail's own prefix: the message is what was said
     # a plain message (pytest.fail(pytrace=False), an engine's failure), or a repr xdist could only send as text;
@@ -429,14 +428,14 @@ def _failure_reason(report: pytest.TestReport) -> str:
         if is_error and line[1:].strip():
             block.append(line[1:].strip())
         in_block = is_error
-    return block[0] if block else _first_line(text)
+    return block[0] if block else first_line(text)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2]).removeprefix("Skipped: ")
-    return _first_line(str(longrepr))
+    return first_line(str(longrepr))
 
 
 def _outcome(report: pytest.TestReport, payload: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..metrics import METRICS, spread_name
-from .model import Cell, Finding, Report
+from .model import CellRecord, FindingRecord, Report
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})
 BAD = frozenset({"failed", "error"})
@@ -207,7 +207,7 @@ _SUGGESTIONS = {
 }
 
 
-def _cell_label(cell: Cell) -> str:
+def _cell_label(cell: CellRecord) -> str:
     return f"{cell.runner}: {cell.nodeid}"
 
 
@@ -248,13 +248,13 @@ def stale_rules(report: Report) -> list[StaleRule]:
 # --- matching ----------------------------------------------------------------------------------------------------
 
 
-def _fold(cells: Sequence[Cell]) -> Cell:
+def _fold(cells: Sequence[CellRecord]) -> CellRecord:
     """Several runners' cells of one nodeid as one: the most serious outcome, all rules and findings."""
     if len(cells) == 1:
         return cells[0]
     worst = max(cells, key=lambda c: _SERIOUSNESS.index(c.outcome))
     rules: dict[str, None] = {}
-    findings: dict[str, Finding] = {}
+    findings: dict[str, FindingRecord] = {}
     for cell in cells:
         rules.update(dict.fromkeys(cell.rules))
         for finding in cell.findings:
@@ -268,8 +268,8 @@ def _fold(cells: Sequence[Cell]) -> Cell:
     )
 
 
-def _index(report: Report, by_runner: bool, only_runner: str | None) -> dict[str, Cell]:
-    groups: dict[str, list[Cell]] = {}
+def _index(report: Report, by_runner: bool, only_runner: str | None) -> dict[str, CellRecord]:
+    groups: dict[str, list[CellRecord]] = {}
     for cell in report.cells:
         if only_runner is not None and cell.runner != only_runner:
             continue
@@ -301,7 +301,7 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
-def _noise(metric: str, before: Cell, after: Cell) -> float | None:
+def _noise(metric: str, before: CellRecord, after: CellRecord) -> float | None:
     """The larger of the two runs' relative spreads of `metric`; None when neither measured one."""
     name = spread_name(metric)
     spreads = [s for s in (before.metrics.get(name), after.metrics.get(name)) if s is not None]
@@ -315,7 +315,7 @@ def _within(noise: float, before: float, after: float) -> bool:
 
 
 def _metric_changes(
-    key: str, before: Cell, after: Cell, thresholds: Sequence[Threshold]
+    key: str, before: CellRecord, after: CellRecord, thresholds: Sequence[Threshold]
 ) -> tuple[list[Change], list[Change], list[Change]]:
     """(regressions, improvements, within noise) of one cell's figures."""
     regressions: list[Change] = []

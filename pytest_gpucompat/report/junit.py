@@ -11,7 +11,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from .model import Cell, Report, format_params, gpu_summary
+from .model import CellRecord, Report
+from .text import first_line, format_params, gpu_summary
 
 # Characters XML 1.0 cannot carry at all (engine logs contain ANSI escapes and worse).
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -60,7 +61,7 @@ def _suite_properties(suite: ET.Element, fingerprint: Mapping[str, Any]) -> None
         _prop(props, "fingerprint.reason", reason)
 
 
-def _case_properties(case: ET.Element, cell: Cell) -> None:
+def _case_properties(case: ET.Element, cell: CellRecord) -> None:
     props = ET.SubElement(case, "properties")
     _prop(props, "outcome", cell.outcome)
     if cell.engine:
@@ -80,25 +81,25 @@ def _case_properties(case: ET.Element, cell: Cell) -> None:
         _prop(props, "worker", cell.worker)
 
 
-def _outcome_element(case: ET.Element, cell: Cell) -> None:
+def _outcome_element(case: ET.Element, cell: CellRecord) -> None:
     reason = cell.reason or ""
-    first_line = reason.strip().splitlines()[0] if reason.strip() else ""
+    summary = first_line(reason)
     if cell.outcome in ("failed", "error"):
         tag = "failure" if cell.outcome == "failed" else "error"
-        elem = ET.SubElement(case, tag, {"message": _clean(first_line or cell.outcome)})
+        elem = ET.SubElement(case, tag, {"message": _clean(summary or cell.outcome)})
         body = reason
         if cell.log_tail:
             body = f"{reason}\n\n--- engine log (tail) ---\n{cell.log_tail}" if reason else cell.log_tail
         elem.text = _clean(body)
     elif cell.outcome == "skipped":
-        ET.SubElement(case, "skipped", {"type": "pytest.skip", "message": _clean(first_line or "skipped")})
+        ET.SubElement(case, "skipped", {"type": "pytest.skip", "message": _clean(summary or "skipped")})
     elif cell.outcome == "xfailed":
-        ET.SubElement(case, "skipped", {"type": "pytest.xfail", "message": _clean(first_line or "expected failure")})
+        ET.SubElement(case, "skipped", {"type": "pytest.xfail", "message": _clean(summary or "expected failure")})
     elif cell.outcome == "not-covered":
         ET.SubElement(
             case,
             "skipped",
-            {"type": "gpucompat.not-covered", "message": _clean(first_line or "covered by another runner")},
+            {"type": "gpucompat.not-covered", "message": _clean(summary or "covered by another runner")},
         )
     # passed and xpassed are plain passing testcases (the outcome property tells an XPASS apart).
 

@@ -12,17 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from .diff import stale_rules
 from .merge import matrix_rows, uncovered_cells
-from .model import (
-    OUTCOMES,
-    SEVERITIES,
-    Cell,
-    Finding,
-    Report,
-    engine_versions,
-    format_params,
-    gpu_summary,
-    stack_summary,
-)
+from .model import OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report
+from .text import engine_versions, format_params, gpu_summary, one_line, stack_summary
 
 STATUS_WORDS: dict[str, str] = {
     "passed": "passed",
@@ -39,10 +30,7 @@ _ESCAPE = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~"})
 
 def _text(value: object, limit: int = 300) -> str:
     """One line of plain text, Markdown-escaped and shortened (reasons can be whole tracebacks)."""
-    line = " ".join(str(value).split())
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line.translate(_ESCAPE)
+    return one_line(str(value), limit).translate(_ESCAPE)
 
 
 def _code(value: object, table: bool = False) -> str:
@@ -85,7 +73,7 @@ def _counts_line(report: Report) -> str:
     )
 
 
-def _where(cell: Cell) -> str:
+def _where(cell: CellRecord) -> str:
     return f"{_code(cell.nodeid)} on **{_text(cell.runner)}**"
 
 
@@ -172,7 +160,7 @@ def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50)
 
 
 def _findings_section(report: Report, max_items: int) -> list[str]:
-    by_id: dict[str, tuple[Finding, list[Cell]]] = {}
+    by_id: dict[str, tuple[FindingRecord, list[CellRecord]]] = {}
     for cell in report.cells:
         for finding in cell.findings:
             by_id.setdefault(finding.id, (finding, []))[1].append(cell)

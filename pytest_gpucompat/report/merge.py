@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .model import Cell, Report
+from .model import CellRecord, Report
 
 # pytest exit statuses, most serious first: the merged run is as bad as its worst input.
 _EXIT_SERIOUSNESS = (3, 2, 4, 1, 5, 0)
@@ -43,7 +43,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     if not reports:
         raise ValueError("nothing to merge: no reports given")
     runners: dict[str, dict] = {}
-    cells: list[Cell] = []
+    cells: list[CellRecord] = []
     taken: set[str] = set()
     for report in reports:
         renamed: dict[str, str] = {}
@@ -64,13 +64,13 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     )
 
 
-def cell_matrix(report: Report) -> dict[str, dict[str, Cell]]:
+def cell_matrix(report: Report) -> dict[str, dict[str, CellRecord]]:
     """nodeid -> runner -> cell, nodeids in first-seen order: what a renderer needs for one matrix row.
 
     Should a runner report a nodeid twice (it should not), the cell that ran wins over one that did not,
     and otherwise the later one.
     """
-    matrix: dict[str, dict[str, Cell]] = {}
+    matrix: dict[str, dict[str, CellRecord]] = {}
     for cell in report.cells:
         row = matrix.setdefault(cell.nodeid, {})
         old = row.get(cell.runner)
@@ -96,7 +96,7 @@ def uncovered_cells(report: Report) -> list[str]:
     ]
 
 
-def matrix_rows(report: Report) -> list[tuple[str, dict[str, Cell]]]:
+def matrix_rows(report: Report) -> list[tuple[str, dict[str, CellRecord]]]:
     """Matrix rows (nodeid, runner -> cell) grouped by test function, each group in first-seen order."""
     matrix = cell_matrix(report)
     first_test: dict[str, int] = {}

@@ -1,4 +1,5 @@
-"""What-if evaluation: the knowledge base against one fingerprint, and its readable form."""
+"""`gpucompat check` output: the findings for one fingerprint (``kb.evaluate.evaluate_machine``) as text or JSON,
+the verdict line and the `--fail-on` gate."""
 
 from __future__ import annotations
 
@@ -6,19 +7,13 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from .fingerprint import Fingerprint
-from .rules import KnowledgeBase, matching_rules
-from .verdicts import Finding, confirmed, findings_for, with_details
+from ..fingerprint import Fingerprint
+from .verdicts import Finding, confirmed
 
 _HEADINGS = {
     "broken": "BROKEN: known to crash, hang, refuse to start or give wrong output here",
     "degraded": "DEGRADED: runs, but slower, bigger, or silently on another kernel or precision",
 }
-
-
-def evaluate(kb: KnowledgeBase, fp: Fingerprint) -> list[Finding]:
-    rules = matching_rules(kb, fp)
-    return with_details(findings_for(rules), rules, fp, fp.params)
 
 
 def to_json(fp: Fingerprint, findings: Sequence[Finding]) -> dict[str, Any]:

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .engines.base import Generation
+from ..engines.base import Generation
+from ..engines.registry import normalize_dtype
+from ..errors import InputError
+from ..inputs import load_file
+from ..paths import matrices_dir
 
 DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
     # Used when no thresholds file is found; the same values as matrices/thresholds.yaml, which says how they were
@@ -30,13 +34,6 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
 }
 
 _THRESHOLD_KEYS = frozenset({"max_abs_logprob_delta", "min_token_agreement", "require_logprobs_close", "min_cosine"})
-
-_DTYPE_KEYS = {
-    "fp32": "float32", "float": "float32", "float32": "float32", "tf32": "float32",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp16": "float16", "half": "float16", "float16": "float16",
-}
-
 
 @dataclass(frozen=True)
 class PromptDrift:
@@ -268,7 +265,7 @@ def thresholds_key(dtype: str) -> str:
     text = str(dtype).strip().lower().removeprefix("torch.")
     if text.startswith("fp8") or text.startswith("float8") or text in ("e4m3", "e5m2"):
         return "fp8"
-    return _DTYPE_KEYS.get(text, text)
+    return "float32" if text == "tf32" else normalize_dtype(text)  # the engines' one dtype alias table
 
 
 def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
@@ -277,22 +274,14 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]
     Missing file -> the built-in DEFAULT_THRESHOLDS; a file's dtypes override the defaults key by key.
     """
     if path is None:
-        try:
-            from .paths import matrices_dir
-
-            candidate: Path | None = matrices_dir() / "thresholds.yaml"
-        except ImportError:  # pragma: no cover - paths is part of the package
-            candidate = None
+        candidate = matrices_dir() / "thresholds.yaml"
     else:
         candidate = Path(path)
         if not candidate.is_file():
             raise ValueError(f"thresholds file {candidate} does not exist")
     table = {k: dict(v) for k, v in DEFAULT_THRESHOLDS.items()}
-    if candidate is None or not candidate.is_file():
+    if not candidate.is_file():
         return table
-    from .errors import InputError
-    from .inputs import load_file
-
     try:
         data = load_file(candidate, "yaml") or {}
     except InputError as exc:

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .rules import Conditions, Rule, describe_runner
+from .match import describe_runner
+from .schema import NO_CONDITIONS, Rule
 
 if TYPE_CHECKING:
-    from .fingerprint import Fingerprint
+    from ..fingerprint import Fingerprint
 
 STOPPING_FAILURES = ("crash", "hang", "error-at-start", "oom")
 _ORDER = {"skip": 0, "xfail-strict": 1, "xfail": 2, "annotate": 3}
@@ -87,9 +88,6 @@ def findings_for(rules: Iterable[Rule], run_known_bad: bool = False) -> list[Fin
     return sorted(found, key=lambda f: (f.unconfirmed, _SEVERITY_ORDER[f.severity], _ORDER[f.action], f.id))
 
 
-_NO_CONDITIONS = Conditions()
-
-
 def concerns_cell(rule: Rule) -> bool:
     """Whether a rule that matched a cell's machine and engine says something about that cell.
 
@@ -99,7 +97,7 @@ def concerns_cell(rule: Rule) -> bool:
     engine that have a condition, the rules on its parameters or model, and machine-wide breakage.
     """
     when = rule.when
-    if when == _NO_CONDITIONS:
+    if when == NO_CONDITIONS:
         return False
     if rule.engine is not None:
         return True

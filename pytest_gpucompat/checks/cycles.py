@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .engines import create
-from .engines.base import EngineSpec
+from ..engines import create
+from ..engines.base import EngineSpec
 from .memory import MemorySample, settle
 
 

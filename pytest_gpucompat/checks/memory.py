@@ -14,7 +14,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 MIB = 1024 * 1024
@@ -288,8 +288,3 @@ def leak_verdict(
     else:
         message = "no leak: " + detail
     return LeakVerdict(metric, slope, leaked, message, total_growth_mib=growth, cycles=len(ys))
-
-
-def with_cycle(s: MemorySample, cycle: int) -> MemorySample:
-    """The same sample relabelled with another cycle number (samples taken in a child come back as cycle 0)."""
-    return replace(s, cycle=cycle)

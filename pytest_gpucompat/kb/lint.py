@@ -14,15 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .fingerprint import installed_packages
-from .rules import Rule
+from ..engines.registry import help_commands
+from ..fingerprint import installed_packages
+from .schema import Rule
 
-# The commands whose --help lists each engine's flags (its top-level command's too: `vllm --version`).
-HELP_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "vllm": (("vllm", "--help"), ("vllm", "serve", "--help=all")),
-    "sglang": ((sys.executable, "-m", "sglang.launch_server", "--help"),),
-    "tensorrt-llm": (("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
-}
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z0-9][\w-]*")
 
 
@@ -39,7 +34,7 @@ class LintResult:
 def engine_flags(engine: str) -> frozenset[str] | None:
     """Flags the installed engine accepts, normalized to dashes; None when it cannot be asked."""
     flags: set[str] = set()
-    for cmd in HELP_COMMANDS.get(engine, ()):
+    for cmd in help_commands(engine):  # the engine registry says which commands list its flags
         if cmd[0] != sys.executable and shutil.which(cmd[0]) is None:
             continue
         try:

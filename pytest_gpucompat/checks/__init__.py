@@ -1,0 +1,1 @@
+"""The checks the suites make: outputs against a reference (compare), memory over engine lives (memory, cycles)."""

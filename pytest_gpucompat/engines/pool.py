@@ -1,0 +1,173 @@
+"""EnginePool: one started engine per spec for the whole session, in this process or in an isolated child."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import create, missing_module, one_line, runs_in_process
+from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from .isolation import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, HEARTBEAT_S, IsolatedEngine, Progress
+from .processes import state_dir
+
+
+def _params_text(params: Mapping[str, Any]) -> str:
+    shown = {k: v for k, v in params.items() if k != "env"}
+    return "{" + ", ".join(f"{k}={v!r}" for k, v in sorted(shown.items())) + "}" if shown else ""
+
+
+
+class _InProcess:
+    """An in-process engine whose unexpected exceptions become EngineFailed (one line), like an isolated one's."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.name = engine.name
+        self.log_path: Path | None = None
+
+    def _guard(self, op: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (EngineFailed, EngineUnavailable):
+            raise
+        except Exception as exc:
+            raise EngineFailed(f"{op}() raised {one_line(exc)}") from None
+
+    def start(self, spec: EngineSpec) -> RunInfo:
+        return self._guard("start", self._engine.start, spec)  # type: ignore[no-any-return]
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int, top_n: int) -> list[Generation]:
+        return self._guard("generate", self._engine.generate, prompts, max_tokens, top_n)  # type: ignore[no-any-return]
+
+    def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
+        return self._guard("embed", self._engine.embed, prompts)  # type: ignore[no-any-return]
+
+    def shutdown(self) -> None:
+        self._guard("shutdown", self._engine.shutdown)
+
+
+class EnginePool:
+    """One started engine per spec key for the whole session; a failed start is remembered, never retried.
+
+    Where an engine runs: `get(spec, isolated=...)` when given, else the spec's own `isolated: true|false` param,
+    else its descriptor (`in_process`: the hf reference runs here, every other engine and every import-path engine
+    in an isolated child). Aliases resolve through the registry (`transformers` is `hf`).
+    Logs go to `log_dir` (kept) or to the private state directory (removed at exit unless their engine failed).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        max_live: int | None = None,
+        progress: Progress | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
+        self.log_dir = Path(log_dir) if log_dir is not None else state_dir()
+        self.start_timeout_s = float(start_timeout_s)
+        self.call_timeout_s = float(call_timeout_s)
+        self.max_live = max_live
+        self.progress = progress
+        self.heartbeat_s = float(heartbeat_s)
+        self._live: dict[tuple[Any, ...], tuple[Engine, RunInfo]] = {}
+        self._failures: dict[tuple[Any, ...], BaseException] = {}
+
+    def log_path(self, spec: EngineSpec) -> Path:
+        """Where this spec's isolated engine writes its log (per xdist worker, so workers never share a file)."""
+        digest = hashlib.sha1(repr(spec.key()).encode()).hexdigest()[:10]
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.engine)
+        return self.log_dir / f"{safe}-{digest}-{worker}.log"
+
+    def _isolated(self, spec: EngineSpec, isolated: bool | None) -> bool:
+        if isolated is not None:
+            return isolated
+        flag = spec.params.get("isolated") if isinstance(spec.params, Mapping) else None
+        if isinstance(flag, bool):
+            return flag
+        return not runs_in_process(spec.engine)
+
+    def get(self, spec: EngineSpec, isolated: bool | None = None) -> tuple[Engine, RunInfo]:
+        """The started engine for `spec` (starting it the first time), and what it reported at start."""
+        key = spec.key()
+        if key in self._live:
+            engine, info = self._live.pop(key)
+            self._live[key] = (engine, info)  # most recently used last
+            return engine, info
+        if key in self._failures:  # a fresh exception each time, not one whose traceback grows with every cell
+            failure = self._failures[key]
+            if isinstance(failure, EngineFailed):
+                raise EngineFailed(failure.message, log_tail=failure.log_tail, log_path=failure.log_path)
+            raise EngineUnavailable(str(failure))
+        if self.max_live is not None:
+            while len(self._live) >= max(1, self.max_live):
+                oldest = next(iter(self._live))
+                self._shutdown_key(oldest)
+        params = spec.params if isinstance(spec.params, Mapping) else {}
+        engine: Engine
+        if self._isolated(spec, isolated):
+            missing = missing_module(spec.engine, params)
+            if missing is not None:
+                self._failures[key] = EngineUnavailable(missing)
+                raise EngineUnavailable(missing)
+            engine = IsolatedEngine(
+                spec.engine,
+                log_path=self.log_path(spec),
+                start_timeout_s=float(params.get("start_timeout_s", self.start_timeout_s)),
+                call_timeout_s=float(params.get("call_timeout_s", self.call_timeout_s)),
+                progress=self.progress,
+                heartbeat_s=self.heartbeat_s,
+            )
+            where = f"(timeout {engine.start_timeout_s:g} s), log: {engine.log_path}"
+        else:
+            try:
+                engine = _InProcess(create(spec.engine))
+            except (ImportError, AttributeError, ValueError) as exc:
+                failure = EngineFailed(f"cannot create engine {spec.engine!r}: {one_line(exc)}")
+                self._failures[key] = failure
+                raise failure from None
+            where = "(in this process)"
+        if self.progress is not None:
+            model = os.path.basename(os.path.normpath(spec.model))
+            self.progress(" ".join(p for p in (f"starting {spec.engine} on {model}", _params_text(params), where) if p))
+        try:
+            info = engine.start(spec)
+        except EngineUnavailable as exc:
+            self._failures[key] = EngineUnavailable(str(exc))
+            raise
+        except EngineFailed as exc:
+            self._failures[key] = EngineFailed(exc.message, log_tail=exc.log_tail, log_path=exc.log_path)
+            with contextlib.suppress(Exception):
+                engine.shutdown()
+            raise
+        self._live[key] = (engine, info)
+        return engine, info
+
+    def failure(self, spec: EngineSpec) -> str | None:
+        """The remembered start failure of `spec`, if any."""
+        entry = self._failures.get(spec.key())
+        return str(entry) if entry is not None else None
+
+    def _shutdown_key(self, key: tuple[Any, ...]) -> None:
+        entry = self._live.pop(key, None)
+        if entry is None:
+            return
+        with contextlib.suppress(EngineFailed, EngineUnavailable):
+            entry[0].shutdown()
+
+    def close_all(self) -> None:
+        """Shut every engine down, most recently used first."""
+        for key in reversed(list(self._live)):
+            self._shutdown_key(key)
+
+    def __enter__(self) -> EnginePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_all()

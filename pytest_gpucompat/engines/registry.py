@@ -1,0 +1,279 @@
+"""What the project knows about each engine, in one place: one `EngineDescriptor` per engine, registered here.
+
+Every other module asks this registry (names, aliases, the distribution that carries an engine's version, the
+module to probe before spawning a child, how to start its OpenAI-compatible server, which `--help` lists its flags,
+which environment variables concern it) instead of keeping its own list. A new engine is its adapter module plus
+one `register(EngineDescriptor(...))` call below (docs/extending.md, "Add an engine").
+
+Nothing here imports an engine, torch or an adapter module: adapters are imported only when `create()` asks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPE_ALIASES: Mapping[str, str] = {
+    "fp32": "float32",
+    "float": "float32",
+    "float32": "float32",
+    "torch.float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "torch.bfloat16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float16": "float16",
+    "torch.float16": "float16",
+    "auto": "auto",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
+}
+"""Spellings of a dtype -> the one name reports and thresholds use (every engine's dtype goes through it)."""
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """How the `openai` engine starts this engine's OpenAI-compatible server on {host}:{port} for {model}.
+
+    The command is `executable` when it is on PATH, else `fallback` (placeholders {python}, {model}, {host},
+    {port}); with neither, the server cannot start here. `argv` follows the head. Settings (the cell's params over
+    `defaults`) become `--flags` in `flag_style` ("dash": --max-model-len, "underscore": --max_model_len); when
+    `cli_options` is given only those go on the command line and the rest into a YAML file passed with
+    `options_file_flag`. `embed_settings` are set for `task: embed` (None: this server cannot embed);
+    `request_extras` go into every completion request; `pooling` names what its embeddings pool.
+    """
+
+    argv: tuple[str, ...]
+    executable: str | None = None
+    fallback: tuple[str, ...] = ()
+    flag_style: str = "dash"
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
+    cli_options: frozenset[str] | None = None
+    options_file_flag: str | None = None
+    embed_settings: Mapping[str, Any] | None = None
+    request_extras: Mapping[str, Any] = field(default_factory=dict)
+    pooling: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineDescriptor:
+    """Everything the harness needs to know about one engine; the adapter itself knows how to drive it.
+
+    name:            the registry name used in matrices, ids, reports and KB rules ("tensorrt-llm").
+    adapter:         "package.module:Class", imported only when the engine is created.
+    distribution:    the distribution whose installed version is the engine's version (importlib.metadata).
+    aliases:         other spellings accepted for `name` (compared lower-cased).
+    module:          top-level module the adapter imports first; probed (find_spec) before spawning a child, so a
+                     missing engine skips at once. None: nothing to probe.
+    in_process:      run in the pytest process by default (the reference) rather than in an isolated child.
+    kb:              KB rules may name this engine (`engine:` of a rule).
+    dtype_aliases:   extra dtype spellings this engine accepts, over DTYPE_ALIASES.
+    help_commands:   commands whose output lists the engine's CLI flags (`gpucompat rules --lint`).
+    env_prefixes:    prefixes of the environment variables that configure it (VLLM_, SGLANG_, ...).
+    packages:        distributions recorded in the fingerprint for it (first name found wins).
+    parallel_params: the parameters whose product is the number of GPUs a cell needs.
+    server:          how the `openai` engine starts its OpenAI-compatible server; None: it has none.
+    """
+
+    name: str
+    adapter: str
+    distribution: str
+    aliases: tuple[str, ...] = ()
+    module: str | None = None
+    in_process: bool = False
+    kb: bool = False
+    dtype_aliases: Mapping[str, str] = field(default_factory=dict)
+    help_commands: tuple[tuple[str, ...], ...] = ()
+    env_prefixes: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    parallel_params: tuple[str, ...] = ()
+    server: ServerCommand | None = None
+
+
+_REGISTRY: dict[str, EngineDescriptor] = {}
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_ALIASES: dict[str, str] = {}
+
+
+def register(descriptor: EngineDescriptor) -> EngineDescriptor:
+    """Add an engine; its name and aliases must be new."""
+    for key in (descriptor.name, *descriptor.aliases):
+        key = key.strip().lower()
+        if key in _REGISTRY or key in _ALIASES:
+            raise ValueError(f"engine name {key!r} is already registered")
+    _REGISTRY[descriptor.name] = descriptor
+    _ALIASES.update({alias.strip().lower(): descriptor.name for alias in descriptor.aliases})
+    return descriptor
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every registered engine, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def descriptors() -> tuple[EngineDescriptor, ...]:
+    return tuple(_REGISTRY.values())
+
+
+def canonical_name(name: str) -> str:
+    """The registry name for `name` (aliases such as `trtllm` accepted); import paths are returned unchanged."""
+    if ":" in name:
+        return name
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(_REGISTRY)}")
+    return key
+
+
+def descriptor(name: str) -> EngineDescriptor | None:
+    """The descriptor of a registry name or alias; None for an import-path engine ("pkg.mod:Factory")."""
+    return None if ":" in name else _REGISTRY[canonical_name(name)]
+
+
+def runs_in_process(name: str) -> bool:
+    """Whether `name` runs in the pytest process unless its spec says otherwise (import paths: isolated)."""
+    found = descriptor(name)
+    return found is not None and found.in_process
+
+
+def kb_engine_names() -> tuple[str, ...]:
+    """The engines KB rules may name (`engine:` in matrices/rules/*.yaml): vllm, sglang, tensorrt-llm."""
+    return tuple(d.name for d in _REGISTRY.values() if d.kb)
+
+
+def server_names() -> tuple[str, ...]:
+    """Engines whose OpenAI-compatible server the `openai` engine can start."""
+    return tuple(d.name for d in _REGISTRY.values() if d.server is not None)
+
+
+def tracked_packages() -> dict[str, tuple[str, ...]]:
+    """Fingerprint key (the engine's name) -> the distribution names that may carry it, for engines whose version
+    the fingerprint records."""
+    return {d.name: d.packages for d in _REGISTRY.values() if d.packages}
+
+
+def help_commands(name: str) -> tuple[tuple[str, ...], ...]:
+    """The commands whose `--help` lists the engine's flags; () for an unknown engine."""
+    try:
+        found = descriptor(name)
+    except ValueError:
+        return ()
+    return found.help_commands if found is not None else ()
+
+
+def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of `environ` (default os.environ) that configure a registered engine, sorted by name; names
+    that look like credentials (TOKEN, KEY, SECRET, PASSWORD) are left out."""
+    env = os.environ if environ is None else environ
+    prefixes = tuple(p for d in _REGISTRY.values() for p in d.env_prefixes)
+    return {k: env[k] for k in sorted(env)
+            if prefixes and k.startswith(prefixes) and not _SECRET.search(k)}
+
+
+def normalize_dtype(value: Any, engine: str | None = None) -> str:
+    """`bf16`, `torch.bfloat16`, `bfloat16` -> `bfloat16` (and so on); unknown strings pass through lower-cased.
+    With `engine`, that engine's own spellings (its descriptor's dtype_aliases) are known too."""
+    text = str(value).strip().lower()
+    if engine is not None and ":" not in engine:
+        found = _REGISTRY.get(_ALIASES.get(engine, engine))
+        if found is not None and text in found.dtype_aliases:
+            return found.dtype_aliases[text]
+    return DTYPE_ALIASES.get(text, text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The engines. Order is the order of ENGINE_NAMES (ids, reports).
+
+register(EngineDescriptor(
+    name="hf",
+    adapter="pytest_gpucompat.engines.hf:HFEngine",
+    distribution="transformers",
+    aliases=("transformers", "huggingface"),
+    in_process=True,
+    env_prefixes=("HF_", "TRANSFORMERS_"),
+))
+
+register(EngineDescriptor(
+    name="vllm",
+    adapter="pytest_gpucompat.engines.vllm:VLLMEngine",
+    distribution="vllm",
+    module="vllm",
+    kb=True,
+    help_commands=(("vllm", "--help"), ("vllm", "serve", "--help=all")),
+    env_prefixes=("VLLM_",),
+    packages=("vllm",),
+    parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
+    server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
+        argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
+        executable="vllm",
+        fallback=("{python}", "-m", "vllm.entrypoints.cli.main"),
+        defaults={"gpu_memory_utilization": 0.2, "enforce_eager": True, "seed": 0},
+        env_defaults={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        embed_settings={"runner": "pooling", "pooler_config": {"pooling_type": "MEAN"}},
+        request_extras={"ignore_eos": True, "return_tokens_as_token_ids": True, "return_token_ids": True},
+        pooling="mean",
+    ),
+))
+
+register(EngineDescriptor(
+    name="sglang",
+    adapter="pytest_gpucompat.engines.sglang:SGLangEngine",
+    distribution="sglang",
+    module="sglang",
+    kb=True,
+    help_commands=((sys.executable, "-m", "sglang.launch_server", "--help"),),
+    env_prefixes=("SGLANG_", "SGL_"),
+    packages=("sglang",),
+    parallel_params=("tp_size", "pp_size", "dp_size"),
+    server=ServerCommand(  # sglang/launch_server.py: ServerArgs fields as --dashed-flags
+        argv=("--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
+        fallback=("{python}", "-m", "sglang.launch_server"),
+        defaults={"mem_fraction_static": 0.2, "random_seed": 0},
+        embed_settings={"is_embedding": True},
+        request_extras={"ignore_eos": True},
+        pooling="last",
+    ),
+))
+
+register(EngineDescriptor(
+    name="tensorrt-llm",
+    adapter="pytest_gpucompat.engines.trtllm:TRTLLMEngine",
+    distribution="tensorrt-llm",
+    aliases=("trtllm", "tensorrt_llm", "trt-llm"),
+    module="tensorrt_llm",
+    kb=True,
+    help_commands=(("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
+    env_prefixes=("TRTLLM_", "TLLM_"),
+    packages=("tensorrt-llm",),
+    parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
+    server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores
+        argv=("{model}", "--host", "{host}", "--port", "{port}"),
+        executable="trtllm-serve",
+        flag_style="underscore",
+        defaults={"backend": "pytorch", "kv_cache_free_gpu_memory_fraction": 0.2},
+        cli_options=frozenset({
+            "tokenizer", "backend", "log_level", "max_beam_width", "max_batch_size", "max_num_tokens", "max_seq_len",
+            "tensor_parallel_size", "tp_size", "pipeline_parallel_size", "pp_size", "gpus_per_node",
+            "free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction", "trust_remote_code", "revision",
+            "num_postprocess_workers", "reasoning_parser", "chat_template",
+        }),
+        options_file_flag="--extra_llm_api_options",
+        request_extras={"ignore_eos": True, "detokenize": False},
+    ),
+))
+
+register(EngineDescriptor(
+    name="openai",
+    adapter="pytest_gpucompat.engines.openai:OpenAIEngine",
+    distribution="requests",
+    aliases=("openai-compatible",),
+))

@@ -1,0 +1,357 @@
+"""Matching, one rule at a time: a fingerprint's facts, one function per condition kind, and ``rule_matches``.
+
+Every condition kind is judged by exactly one function here. ``rule_matches`` combines them for one rule and is the
+reference definition of a match: the tests and ``bench/run.py`` use it as the oracle for ``kb.index``, which answers
+the same question for a whole knowledge base from bit masks computed with these same functions
+(``MACHINE_CONDITIONS``, ``package_holds``, ``param_holds``, ``engine_holds``, ``needs_hold``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ..fingerprint import Fingerprint
+from ..versions import matches, normalize_package, parse_specifier, parse_version
+from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule, norm_value
+
+
+@dataclass(frozen=True)
+class Facts:
+    """A fingerprint turned into parsed, comparable values once, so each rule check is cheap."""
+
+    gpus: tuple[tuple[str, str | None, Version | None, Version | None], ...]  # name, arch, cc, memory
+    gpu_count: Version
+    interconnect: str | None
+    driver: Version | None
+    cuda_driver: Version | None
+    cuda_runtime: Version | None
+    packages: Mapping[str, Version]
+
+    @classmethod
+    def of(cls, fp: Fingerprint) -> Facts:
+        return _facts(fp)
+
+
+@lru_cache(maxsize=256)
+def _facts(fp: Fingerprint) -> Facts:
+    packages = {}
+    for name, version in fp.packages.items():
+        parsed = _ver(version)
+        if parsed is not None:
+            packages[normalize_package(name)] = parsed
+    return Facts(
+        gpus=tuple(
+            (g.name.lower(), (g.architecture or "").lower() or None, _ver(g.compute_capability),
+             _ver(str(g.memory_mib)) if g.memory_mib is not None else None)
+            for g in fp.gpus
+        ),
+        gpu_count=parse_version(str(len(fp.gpus))),
+        interconnect=fp.interconnect,
+        driver=_ver(fp.driver),
+        cuda_driver=_ver(fp.cuda_driver),
+        cuda_runtime=_ver(fp.cuda_runtime),
+        packages=packages,
+    )
+
+
+def _ver(text: str | None) -> Version | None:
+    if text is None:
+        return None
+    try:
+        return parse_version(text)
+    except ValueError:
+        return None
+
+
+def clear_facts_cache() -> None:
+    _facts.cache_clear()
+
+
+# --------------------------------------------------------------------------- one function per condition kind
+
+
+def spec_holds(spec: SpecifierSet, value: Version | None) -> bool:
+    """A version condition: a fact the fingerprint lacks does not hold."""
+    return value is not None and matches(spec, value)
+
+
+def gpu_holds(w: Conditions, gpu: tuple[str, str | None, Version | None, Version | None]) -> bool:
+    """``gpu``, ``arch``, ``compute_capability`` and ``gpu_memory_mib`` on one GPU."""
+    name, arch, cc, memory = gpu
+    if w.gpu and not any(fnmatch.fnmatchcase(name, g) for g in w.gpu):
+        return False
+    if w.arch and arch not in w.arch:
+        return False
+    if w.compute_capability is not None and not spec_holds(w.compute_capability, cc):
+        return False
+    return w.gpu_memory_mib is None or spec_holds(w.gpu_memory_mib, memory)
+
+
+def gpus_hold(w: Conditions, gpus: Sequence[tuple[str, str | None, Version | None, Version | None]]) -> bool:
+    """The GPU conditions hold for one and the same visible GPU, any of them."""
+    return any(gpu_holds(w, g) for g in gpus)
+
+
+def _vkey(version: Version | None) -> str | None:
+    """A key for a version that two versions share only when every specifier treats them alike."""
+    return None if version is None else str(version)
+
+
+@dataclass(frozen=True)
+class MachineCondition:
+    """A condition on one fact of the machine. ``kb.index`` decides it once per distinct ``key(fact)`` per
+    knowledge base; ``rule_matches`` calls ``holds`` directly. ``holds`` is only asked when ``tested`` is true."""
+
+    name: str
+    fields: tuple[str, ...]  # the ``Conditions`` fields it judges
+    tested: Callable[[Conditions], bool]  # whether a rule's conditions test this fact
+    fact: Callable[[Facts], Any]  # the machine's value
+    key: Callable[[Any], Hashable]  # a cache key two values share only when ``holds`` treats them alike
+    holds: Callable[[Conditions, Any], bool]
+
+
+MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
+    MachineCondition("driver", ("driver",),
+                     lambda w: w.driver is not None, lambda f: f.driver, _vkey,
+                     lambda w, v: spec_holds(w.driver, v)),
+    MachineCondition("cuda_driver", ("cuda_driver",),
+                     lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, _vkey,
+                     lambda w, v: spec_holds(w.cuda_driver, v)),
+    MachineCondition("cuda_runtime", ("cuda_runtime",),
+                     lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, _vkey,
+                     lambda w, v: spec_holds(w.cuda_runtime, v)),
+    MachineCondition("gpu_count", ("gpu_count",),
+                     lambda w: w.gpu_count is not None, lambda f: f.gpu_count, _vkey,
+                     lambda w, v: spec_holds(w.gpu_count, v)),
+    MachineCondition("interconnect", ("interconnect",),
+                     lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
+                     lambda w, v: v == w.interconnect),
+    MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
+                     lambda w: w.has_gpu_condition, lambda f: f.gpus,
+                     lambda gpus: tuple((n, a, _vkey(c), _vkey(m)) for n, a, c, m in gpus), gpus_hold),
+)
+
+PACKAGE_FIELDS = ("packages",)  # judged by package_holds, per package
+PARAM_FIELDS = ("params", "model")  # judged by param_holds, per parameter name
+NEEDS_FIELDS = ("needs_gpus", "needs_memory")  # judged by needs_hold
+
+
+def package_holds(w: Conditions, package: str, version: Version | None) -> bool:
+    """The conditions on one (normalized) package's version; a package that is not installed does not hold."""
+    return all(spec_holds(spec, version) for name, spec in w.packages if name == package)
+
+
+def machine_holds(w: Conditions, facts: Facts) -> bool:
+    """The conditions on the machine: GPUs, driver, CUDA, links, package versions."""
+    for cond in MACHINE_CONDITIONS:
+        if cond.tested(w) and not cond.holds(w, cond.fact(facts)):
+            return False
+    return all(package_holds(w, name, facts.packages.get(name)) for name, _ in w.packages)
+
+
+def _as_version(value: Any) -> Version | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return parse_version(str(value))
+    except ValueError:
+        return None
+
+
+def param_condition_holds(cond: ParamCondition, present: bool, value: Any) -> bool:
+    """One ``params`` entry: a specifier on a numeric value, or any of a list of values (None = not set)."""
+    if cond.specifier is not None:
+        number = _as_version(value) if present else None
+        return number is not None and matches(cond.specifier, number)
+    assert cond.values is not None
+    return (norm_value(value) if present else None) in cond.values
+
+
+def param_names(w: Conditions) -> tuple[str, ...]:
+    """The cell parameters a rule's conditions test (``model`` for a ``model`` condition)."""
+    names = dict.fromkeys(name for name, _ in w.params)
+    if w.model:
+        names["model"] = None
+    return tuple(names)
+
+
+def param_holds(w: Conditions, name: str, params: Mapping[str, Any]) -> bool:
+    """The conditions on one parameter of the cell: its ``params`` entries and, for ``model``, the globs."""
+    for cond_name, cond in w.params:
+        if cond_name == name and not param_condition_holds(cond, name in params, params.get(name)):
+            return False
+    if name == "model" and w.model:
+        model = params.get("model")
+        if model is None or not any(fnmatch.fnmatchcase(str(model).lower(), g) for g in w.model):
+            return False
+    return True
+
+
+def params_hold(w: Conditions, params: Mapping[str, Any]) -> bool:
+    """The conditions on the cell: engine parameters and the model."""
+    return all(param_holds(w, name, params) for name in param_names(w))
+
+
+def engine_holds(wanted: str | None, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
+    """A rule's ``engine``: the cell's engine; without one (``gpucompat check``) the engine is installed or
+    ``params.engine`` names it."""
+    if wanted is None:
+        return True
+    if engine is not None:
+        return engine == wanted
+    return wanted in facts.packages or norm_value(params.get("engine")) == wanted
+
+
+def gpus_needed(names: Sequence[str], params: Mapping[str, Any]) -> int | None:
+    """The product of the named parameters (absent or null = 1); None when one is not a positive whole number."""
+    total = 1
+    for name in names:
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return None
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            return None
+        if number < 1:
+            return None
+        total *= number
+    return total
+
+
+def memory_needed(names: Sequence[str], params: Mapping[str, Any]) -> float | None:
+    """MiB of weights per GPU: the model's weights split over the product of the named parameters; None when the
+    weights are not known or a parameter is not a count."""
+    weights = params.get(WEIGHTS_PARAM)
+    split = gpus_needed(names, params)
+    if split is None or isinstance(weights, bool) or not isinstance(weights, (int, float)) or weights <= 0:
+        return None
+    return float(weights) / split
+
+
+def _smallest_gpu_mib(facts: Facts) -> float | None:
+    sizes = [float(str(g[3])) for g in facts.gpus if g[3] is not None]
+    return min(sizes) if sizes else None
+
+
+def needs_hold(w: Conditions, facts: Facts, params: Mapping[str, Any]) -> bool:
+    """``needs``: holds (a problem) when the cell needs more than this runner has; a need that cannot be told (no
+    weights measured, a GPU of unknown size) is not judged. Compares the cell with the machine, so ``kb.index``
+    applies it after the masks."""
+    if w.needs_gpus:
+        need = gpus_needed(w.needs_gpus, params)
+        if need is None or need <= len(facts.gpus):
+            return False
+    if w.needs_memory:
+        need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
+        if need_mib is None or have is None or need_mib <= have:
+            return False
+    return True
+
+
+def has_needs(w: Conditions) -> bool:
+    return bool(w.needs_gpus or w.needs_memory)
+
+
+def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
+    """Every condition must hold; a condition on a field the fingerprint lacks does not hold.
+
+    The reference definition of a match, one rule at a time, and the test oracle for ``kb.index.matching_rules``,
+    which must give the same rules in the same order (``params`` here are the fingerprint's merged with the cell's).
+    """
+    w = rule.when
+    return (
+        engine_holds(rule.engine, facts, engine, params)
+        and machine_holds(w, facts)
+        and params_hold(w, params)
+        and needs_hold(w, facts, params)
+    )
+
+
+# --------------------------------------------------------------------------- explaining a match
+
+
+def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> str:
+    """What this runner has, for each machine condition the rule names: a reason that says "needs 2 GPUs, 1
+    visible" or "this runner: Tesla V100 (compute capability 7.0)" instead of the rule's summary alone."""
+    w = rule.when
+    parts: list[str] = []
+    if w.needs_gpus:
+        need = gpus_needed(w.needs_gpus, params)
+        factors = " × ".join(f"{n}={params[n]}" for n in w.needs_gpus if params.get(n) is not None)
+        parts.append(f"needs {need} GPU{'' if need == 1 else 's'}" + (f" ({factors})" if factors else "")
+                     + f", {len(fp.gpus)} visible")
+    if w.needs_memory:
+        need_mib = memory_needed(w.needs_memory, params)
+        split = [f"{n}={params[n]}" for n in w.needs_memory if params.get(n) is not None]
+        have = [g.memory_mib for g in fp.gpus if g.memory_mib is not None]
+        if need_mib is not None:
+            parts.append(f"needs {need_mib:,.0f} MiB of weights per GPU" + (f" (split by {' × '.join(split)})"
+                         if split else "") + (f", the smallest GPU has {min(have):,} MiB" if have else ""))
+    has: list[str] = []
+    if w.gpu_count is not None and not w.needs_gpus:
+        has.append(f"{len(fp.gpus)} GPU{'' if len(fp.gpus) == 1 else 's'} visible")
+    if w.has_gpu_condition:
+        gpus = dict.fromkeys(
+            f"{g.name} (compute capability {g.compute_capability or '?'}"
+            + (f", {g.memory_mib} MiB" if w.gpu_memory_mib is not None and g.memory_mib is not None else "") + ")"
+            for g in fp.gpus
+        )
+        has.append(", ".join(gpus) or "no GPU")
+    for label, name, value in (("driver", "driver", fp.driver), ("CUDA driver", "cuda_driver", fp.cuda_driver),
+                               ("CUDA runtime", "cuda_runtime", fp.cuda_runtime)):
+        if getattr(w, name) is not None:
+            has.append(f"{label} {value or 'unknown'}")
+    if w.interconnect is not None:
+        has.append(f"interconnect {fp.interconnect or 'unknown'}")
+    if w.packages:
+        installed = {normalize_package(k): v for k, v in fp.packages.items()}
+        has.extend(f"{name} {installed.get(name, 'not installed')}" for name, _ in w.packages)
+    if has:
+        parts.append("this runner: " + "; ".join(has))
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- fleet axes
+
+_FINGERPRINT_AXES = ("driver", "cuda_driver", "cuda_runtime", "compute_capability")
+_GLOB_AXES = ("gpu", "arch")
+
+
+def axis_mismatch(axes: Mapping[str, str], fp: Fingerprint) -> str | None:
+    """Why this runner does not cover a cell meant for these fleet axes (None when it does)."""
+    if not axes:
+        return None
+    facts = Facts.of(fp)
+    for axis, value in axes.items():
+        if axis in _GLOB_AXES:
+            names = [g.name for g in fp.gpus] if axis == "gpu" else [g.architecture or "" for g in fp.gpus]
+            if not any(fnmatch.fnmatchcase(n.lower(), value.lower()) for n in names):
+                have = ", ".join(names) or "no GPU"
+                return f"{axis} {value} (this runner: {have})"
+            continue
+        spec = parse_specifier(value)
+        if axis in _FINGERPRINT_AXES:
+            if axis == "compute_capability":
+                ccs = [g[2] for g in facts.gpus if g[2] is not None]
+                if not any(matches(spec, cc) for cc in ccs):
+                    return f"compute capability {value} (this runner: {', '.join(map(str, ccs)) or 'none'})"
+                continue
+            have = getattr(facts, axis)
+            if have is None or not matches(spec, have):
+                return f"{axis} {value} (this runner: {getattr(fp, axis) or 'none'})"
+            continue
+        package = normalize_package(axis)
+        version = facts.packages.get(package)
+        if version is None or not matches(spec, version):
+            return f"{package} {value} (this runner: {fp.packages.get(package, 'not installed')})"
+    return None

@@ -1,0 +1,126 @@
+"""The knowledge base as data: rules, their parsed conditions and sources, and the vocabularies they use.
+
+Everything here is frozen and parsed once at load time (``kb.load``); matching (``kb.match``, ``kb.index``) only
+reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from ..engines.registry import kb_engine_names
+from ..versions import normalize_package
+
+SEVERITIES = ("broken", "degraded", "advice")
+FAILURES = ("crash", "hang", "error-at-start", "oom", "wrong-output", "slow", "memory", "fallback", "precision",
+            "none")
+CONFIDENCES = ("documents", "upstream", "verified")
+SOURCE_KINDS = ("seed", "code", "doc", "issue", "report")
+ENGINES = kb_engine_names()  # the engines a rule may name: vllm, sglang, tensorrt-llm (engines/registry.py)
+INTERCONNECTS = ("pcie", "nvlink")
+WEIGHTS_PARAM = "model_weights_mib"
+"""The model's weights in MiB for the cell's dtype: measured from the checkpoint by the plugin, or given in a
+fingerprint's ``params`` for ``gpucompat check``; what ``needs.gpu_memory_mib`` divides over the GPUs."""
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class ParamCondition:
+    """A list of accepted values (normalized by ``norm_value``; None = not set), or a specifier on a numeric value.
+    Judged by ``kb.match.param_condition_holds``."""
+
+    values: tuple[Any, ...] | None = None
+    specifier: SpecifierSet | None = None
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """A rule's ``when``: every condition that is set must hold (AND); an unset one is no condition."""
+
+    gpu: tuple[str, ...] = ()
+    arch: tuple[str, ...] = ()
+    compute_capability: SpecifierSet | None = None
+    gpu_count: SpecifierSet | None = None
+    gpu_memory_mib: SpecifierSet | None = None
+    interconnect: str | None = None
+    driver: SpecifierSet | None = None
+    cuda_driver: SpecifierSet | None = None
+    cuda_runtime: SpecifierSet | None = None
+    packages: tuple[tuple[str, SpecifierSet], ...] = ()
+    # the cell needs the product of these parameters' values (absent = 1) in GPUs: holds when fewer are visible
+    needs_gpus: tuple[str, ...] = ()
+    # the model's weights split over the product of these parameters must fit the smallest visible GPU
+    needs_memory: tuple[str, ...] = ()
+    params: tuple[tuple[str, ParamCondition], ...] = ()
+    model: tuple[str, ...] = ()
+
+    @property
+    def has_gpu_condition(self) -> bool:
+        return bool(self.gpu or self.arch or self.compute_capability or self.gpu_memory_mib)
+
+
+NO_CONDITIONS = Conditions()
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    severity: str
+    failure: str
+    confidence: str
+    sources: tuple[Source, ...]
+    engine: str | None = None
+    when: Conditions = field(default_factory=Conditions)
+    symptom: str | None = None
+    workaround: str | None = None
+    flags: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    note: str | None = None
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    rules: tuple[Rule, ...]
+    files: tuple[str, ...] = ()
+    not_encoded: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def by_id(self) -> dict[str, Rule]:
+        return {r.id: r for r in self.rules}
+
+
+def norm_value(value: Any) -> Any:
+    """Compare parameter values loosely: 16 == 16.0 == "16", "FP8" == "fp8", True == "true"."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip().lower()
+
+
+def filter_rules(
+    rules: Iterable[Rule], engine: str | None = None, severity: str | None = None, confidence: str | None = None
+) -> list[Rule]:
+    """``gpucompat rules --engine/--severity/--confidence``: ``engine="none"`` selects the rules without one."""
+    out = []
+    for r in rules:
+        if engine is not None and (r.engine or "none") != normalize_package(engine):
+            continue
+        if severity is not None and r.severity != severity:
+            continue
+        if confidence is not None and r.confidence != confidence:
+            continue
+        out.append(r)
+    return out

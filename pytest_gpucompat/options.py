@@ -1,0 +1,151 @@
+"""Every option, declared once for pytest and the ``gpucompat`` command (pytest-benchmark's add_global_options).
+
+pytest spells an option ``--gpucompat-NAME``, the command ``--NAME``; both parsers get the same help, type, action
+and default from here, so the two can never drift apart. ``PYTEST`` and ``CLI`` say which options each one offers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def positive_seconds(text: str) -> float:
+    """A timeout: a positive, finite number of seconds (``nan``, ``inf``, ``0`` and ``-5`` would disable timeouts or
+    fail every cell at once)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a positive number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    help: str
+    metavar: str | None = None
+    action: str | None = None
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    cli_aliases: tuple[str, ...] = ()  # older spellings the command still accepts
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"help": self.help, "default": self.default}
+        for key in ("metavar", "action", "type", "choices"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+_OPTIONS = (
+    Option("env", metavar="FILE",
+           help="evaluate against a fingerprint file (what-if) instead of this machine; a fleet file (runner name -> "
+                "fingerprint) shows each runner's known-bad cells"),
+    Option("kb", metavar="PATH", action="append", default=[], help="extra rule file or directory (repeatable)"),
+    Option("no-builtin-rules", action="store_true", default=False,
+           help="use only the rule files given with the kb option, not the shipped knowledge base"),
+    Option("runner", metavar="NAME", cli_aliases=("--name",),
+           help="runner name in fingerprints and reports (default: $GPUCOMPAT_RUNNER or the host name)"),
+    Option("run-known-bad", action="store_true", default=False,
+           help="run known crash/hang cells as strict xfail under the timeout"),
+    Option("timeout", metavar="S", type=positive_seconds, default=600.0,
+           help="seconds an engine may take to start or answer before its cell fails (default 600)"),
+    Option("log-dir", metavar="DIR",
+           help="keep every engine log in DIR (CI artifacts); default: only failed engines' logs are kept"),
+    Option("model", metavar="PATH", action="append", default=[],
+           help="local model checkpoint to test (repeatable); default: a tiny model built locally"),
+    Option("endpoint", metavar="URL",
+           help="OpenAI-compatible endpoint for the openai engine instead of a server started here"),
+    Option("report", metavar="PATH", help="write the JSON report here"),
+    Option("baseline", metavar="FILE",
+           help="compare with this report at the end; a regression fails the run; a missing FILE is a first run: "
+                "a note says how this run's report becomes it"),
+    Option("compare-fail", metavar="EXPR", action="append", default=[], cli_aliases=("--fail-on",),
+           help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), leak_mib_per_cycle:+1 "
+                "(a rise of more than 1); a metric the suites record (docs/ci.md) or one a report has, an unknown "
+                "one is a usage error; a change within the runs' measured spread is not a regression"),
+)
+OPTIONS = {o.name: o for o in _OPTIONS}
+
+PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir", "model", "endpoint", "report",
+          "baseline", "compare-fail", "runner")
+"""The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
+
+CLI = {"env": ("runner",), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
+       "diff": ("compare-fail",)}
+"""The options of each ``gpucompat`` command, as ``--NAME``."""
+
+
+def add_options(addoption: Callable[..., Any], prefix: str, names: Iterable[str], cli: bool = False,
+                type_error: Callable[[str, ValueError], Exception] | None = None) -> None:
+    """Declare ``names`` through ``addoption`` (pytest's ``group.addoption`` or argparse's ``add_argument``) as
+    ``--{prefix}{name}``; ``type_error`` turns a bad value into the parser's own one-line error."""
+    for name in names:
+        option = OPTIONS[name]
+        kwargs = option.kwargs()
+        if option.type is not None and type_error is not None:
+            kwargs["type"] = _checked(option, prefix, type_error)
+        flags = [f"--{prefix}{name}", *(option.cli_aliases if cli else ())]
+        addoption(*flags, **kwargs)
+
+
+def _checked(option: Option, prefix: str, type_error: Callable[[str, ValueError], Exception]) -> Callable[[str], Any]:
+    convert = option.type
+    assert convert is not None
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise type_error(f"--{prefix}{option.name}", exc) from None
+
+    parse.__name__ = option.name  # argparse names the type in its own messages
+    return parse
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of one pytest run, parsed once at configure (ini values merged) and kept in the run state: the
+    fixtures, the report collector and the hooks read them here."""
+
+    env: str | None = None
+    kb: tuple[str, ...] = ()
+    no_builtin_rules: bool = False
+    runner: str | None = None
+    run_known_bad: bool = False
+    timeout: float = 600.0
+    log_dir: Path | None = None
+    model: tuple[str, ...] = ()
+    endpoint: str | None = None
+    report: str | None = None
+    baseline: str | None = None
+    compare_fail: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pytest(cls, config: Any) -> Settings:
+        """From a ``pytest.Config``: ``--gpucompat-NAME`` options, plus the ini ``gpucompat_kb`` (before the
+        command line's) and ``gpucompat_log_dir`` (relative to the rootdir; the command line's wins)."""
+        def opt(name: str) -> Any:
+            return config.getoption("gpucompat_" + name.replace("-", "_"), OPTIONS[name].default)
+
+        log_dir = opt("log-dir")
+        ini_log_dir = config.getini("gpucompat_log_dir")
+        if log_dir:
+            log_path: Path | None = Path(log_dir).absolute()
+        else:
+            log_path = (config.rootpath / str(ini_log_dir)).absolute() if ini_log_dir else None
+        return cls(
+            env=opt("env"), kb=(*map(str, config.getini("gpucompat_kb")), *(opt("kb") or ())),
+            no_builtin_rules=bool(opt("no-builtin-rules")), runner=opt("runner"),
+            run_known_bad=bool(opt("run-known-bad")), timeout=float(opt("timeout")), log_dir=log_path,
+            model=tuple(opt("model") or ()), endpoint=opt("endpoint"), report=opt("report"), baseline=opt("baseline"),
+            compare_fail=tuple(opt("compare-fail") or ()),
+        )

@@ -1,0 +1,213 @@
+"""The HTML page's static parts: its stylesheet and scripts, inlined by `html.render_html` (no file is loaded).
+
+`JS_ERRORS` runs first, in the head: it records script errors and Content-Security-Policy violations into
+`#gc-errors`. `JS` reads the cells from the `#gc-data` JSON block, opens a cell's details on click (with
+`textContent`, never `innerHTML`), applies the filters, and runs the `#selftest` the browser test reads.
+"""
+
+CSS = """
+:root{--fg:#0f172a;--muted:#64748b;--line:#e2e8f0;--bg:#ffffff;--soft:#f8fafc;
+--pass:#16a34a;--pass-bg:#dcfce7;--fail:#dc2626;--fail-bg:#fee2e2;--err:#7f1d1d;--xf:#d97706;--xf-bg:#fef3c7;
+--xp:#9333ea;--xp-bg:#f3e8ff;--skip:#64748b;--skip-bg:#f1f5f9;}
+*{box-sizing:border-box}
+body{margin:0;padding:20px 28px 60px;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",
+"Liberation Sans",Arial,sans-serif;color:var(--fg);background:var(--bg)}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 10px}h4{margin:14px 0 6px;font-size:13px}
+code,pre,.param,.axis{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",monospace}
+code{font-size:12.5px}pre{white-space:pre-wrap;word-break:break-word}
+a{color:#2563eb;text-decoration:none}a:hover{text-decoration:underline}
+.muted{color:var(--muted);font-weight:normal}
+.banner{background:#fef2f2;border:1px solid #fecaca;color:#991b1b;padding:8px 12px;border-radius:6px}
+.summary{margin:16px 0 10px}.facts{margin:0 0 8px}
+.bar{display:flex;height:14px;border-radius:7px;overflow:hidden;background:var(--soft);border:1px solid var(--line)}
+.bar .seg{display:block;height:100%}
+.legend{display:flex;flex-wrap:wrap;gap:6px 16px;list-style:none;padding:0;margin:8px 0 0}
+.legend li{display:flex;align-items:center;gap:6px}.legend li.zero{opacity:.45}
+.swatch{display:inline-block;width:12px;height:12px;border-radius:3px;flex:none}
+.swatch.o-passed,.seg.o-passed{background:var(--pass)}.swatch.o-failed,.seg.o-failed{background:var(--fail)}
+.swatch.o-error,.seg.o-error{background:var(--err)}.swatch.o-xfailed,.seg.o-xfailed{background:var(--xf)}
+.swatch.o-xpassed,.seg.o-xpassed{background:var(--xp)}.swatch.o-skipped,.seg.o-skipped{background:#94a3b8}
+.swatch.o-not-covered,.seg.o-not-covered{background:repeating-linear-gradient(45deg,#cbd5e1 0 3px,#f1f5f9 3px 6px)}
+.filters{display:flex;flex-wrap:wrap;align-items:center;gap:10px 18px;padding:10px 12px;background:var(--soft);
+border:1px solid var(--line);border-radius:8px;margin:12px 0}
+#f-text{flex:1 1 260px;min-width:200px;padding:6px 10px;border:1px solid #cbd5e1;border-radius:6px;font:inherit}
+#f-engine{padding:5px 8px;border:1px solid #cbd5e1;border-radius:6px;font:inherit;background:#fff}
+.outcomes{display:flex;flex-wrap:wrap;gap:4px 12px}.chk{display:flex;align-items:center;gap:5px;cursor:pointer}
+.chk .n{color:var(--muted);font-size:12px}
+.matrix-wrap{max-height:76vh;overflow:auto;border:1px solid var(--line);border-radius:8px;width:fit-content;
+max-width:100%}
+table.matrix{border-collapse:separate;border-spacing:0}
+.matrix thead th{position:sticky;top:0;z-index:2;background:#fff;border-bottom:2px solid var(--line);
+text-align:left;vertical-align:bottom;padding:8px 10px;font-weight:normal}
+.matrix th.corner{left:0;z-index:3;color:var(--muted);font-size:12px}
+.runner{min-width:150px;max-width:240px}.runner .rname{font-weight:600;font-size:14px;color:var(--fg)}
+.runner .gpu{font-weight:600;color:#334155;font-size:12.5px}.runner .sw,.runner .pk{font-size:11.5px;color:var(--muted)}
+.runner .rc{font-size:11.5px;margin-top:2px}.rc .ok{color:var(--pass)}.rc .bad{color:var(--fail);font-weight:600}
+tr.group th{background:var(--soft);text-align:left;padding:7px 10px;border-top:1px solid var(--line);
+border-bottom:1px solid var(--line);position:sticky;left:0}
+tr.group .func{font-weight:600}tr.group .path{color:var(--muted);font-size:12px;margin-left:6px}
+th.rowhead{position:sticky;left:0;z-index:1;background:#fff;text-align:left;font-weight:normal;padding:5px 10px;
+border-bottom:1px solid var(--line);white-space:nowrap}
+.engine{display:inline-block;background:#1e293b;color:#fff;border-radius:4px;padding:1px 6px;font-size:12px;
+margin-right:6px}
+.param,.axis{display:inline-block;font-size:12px;margin-right:6px;color:#334155}
+.axis{color:#0e7490}
+td.cell{border-bottom:1px solid var(--line);border-left:1px solid #fff;padding:5px 10px;cursor:pointer;
+white-space:nowrap;font-size:13px;font-weight:600;transition:filter .1s}
+td.cell:hover{filter:brightness(.95)}td.cell:focus{outline:2px solid #2563eb;outline-offset:-2px}
+td.cell.selected{outline:3px solid #1d4ed8;outline-offset:-3px}
+td.cell .dur{display:block;font-size:11px;font-weight:normal;opacity:.75}
+td.cell.dim{opacity:.25}
+.o-passed{background:var(--pass-bg);color:#166534}.o-failed{background:var(--fail-bg);color:#991b1b}
+.o-error{background:#991b1b;color:#fff}.o-xfailed{background:var(--xf-bg);color:#92400e}
+.o-xpassed{background:var(--xp-bg);color:#6b21a8}.o-skipped{background:var(--skip-bg);color:#475569}
+td.o-not-covered,.pill.o-not-covered{background:repeating-linear-gradient(45deg,#f8fafc 0 6px,#e2e8f0 6px 12px);
+color:var(--muted);font-weight:normal;font-style:italic}
+td.o-missing{color:#cbd5e1;cursor:default;text-align:center;border-bottom:1px solid var(--line)}
+.mark{display:inline-block;min-width:17px;margin-left:6px;padding:0 4px;border-radius:9px;font-size:11px;
+text-align:center;color:#fff;background:#64748b;vertical-align:1px}
+.sev-broken{background:#dc2626;color:#fff}.sev-degraded{background:#d97706;color:#fff}
+.sev-advice{background:#2563eb;color:#fff}.sev-claim{background:#e5e7eb;color:#374151}
+#unconfirmed summary h2{display:inline}
+.sev{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px}
+.empty{color:var(--muted);padding:12px}
+table.grid{border-collapse:collapse;font-size:13px}table.grid th,table.grid td{border:1px solid var(--line);
+padding:4px 8px;text-align:left;vertical-align:top}table.grid thead th{background:var(--soft)}
+table.kv{border-collapse:collapse;font-size:13px}table.kv th{text-align:left;color:var(--muted);
+font-weight:normal;padding:2px 14px 2px 0;vertical-align:top}table.kv td{padding:2px 0;word-break:break-word}
+.scroll{overflow-x:auto}
+details.fp{border:1px solid var(--line);border-radius:8px;margin:8px 0;background:#fff}
+details.fp>summary{padding:8px 12px;cursor:pointer}details.fp[open]>summary{border-bottom:1px solid var(--line)}
+.fp-body{padding:6px 14px 12px}.reasons{background:#fffbeb;border:1px solid #fde68a;border-radius:6px;
+padding:6px 10px;margin:8px 0;color:#78350f}.reasons ul{margin:4px 0 0;padding-left:20px}
+#detail{position:fixed;top:0;right:0;bottom:0;width:min(520px,100vw);background:#fff;z-index:10;
+border-left:1px solid var(--line);box-shadow:-12px 0 32px rgba(15,23,42,.16);overflow:auto;padding:0 18px 24px}
+.detail-head{position:sticky;top:0;background:#fff;display:flex;align-items:center;justify-content:space-between;
+padding:14px 0 8px;border-bottom:1px solid var(--line)}
+.detail-head h2{margin:0;font-size:16px;display:flex;align-items:center;gap:8px}
+#detail-close{border:0;background:transparent;font-size:24px;line-height:1;cursor:pointer;color:var(--muted)}
+#detail h3{font-size:12px;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);margin:16px 0 6px}
+.pill{display:inline-block;padding:1px 9px;border-radius:10px;font-size:12px;font-weight:600}
+.nodeid{font-size:12.5px;word-break:break-all;background:var(--soft);padding:6px 8px;border-radius:6px;margin-top:10px}
+.reason{background:#fff7ed;border:1px solid #fed7aa;border-radius:6px;padding:8px 10px;margin:0;font-size:12.5px}
+.rule{display:inline-block;background:var(--soft);border:1px solid var(--line);border-radius:4px;padding:0 6px;
+margin:0 6px 4px 0;font-size:12px}
+.finding{border:1px solid var(--line);border-radius:6px;padding:8px 10px;margin-bottom:8px}
+.finding .fhead{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin-bottom:4px}
+.log{background:#0f172a;color:#e2e8f0;padding:10px;border-radius:6px;font-size:12px;max-height:50vh;overflow:auto}
+"""
+
+JS_ERRORS = """
+(function(){var errors=[];
+function flush(){var el=document.getElementById('gc-errors');if(!el)return;
+el.setAttribute('data-count',String(errors.length));el.textContent=errors.join('\\n');if(errors.length)el.hidden=false;}
+function record(msg){errors.push(String(msg));flush();}
+window.addEventListener('error',function(ev){var t=ev.target;var what=ev.message||(t&&(t.src||t.href))||'unknown';
+record('error: '+what+(ev.lineno?' (line '+ev.lineno+')':''));},true);
+window.addEventListener('unhandledrejection',function(ev){record('unhandled rejection: '+ev.reason);});
+document.addEventListener('securitypolicyviolation',function(ev){record('blocked: '+ev.blockedURI+' ('+
+ev.violatedDirective+')');});
+var original=console.error;console.error=function(){record('console.error: '+Array.prototype.join.call(arguments,' '));
+return original.apply(console,arguments);};
+document.addEventListener('DOMContentLoaded',flush);window.gcRecordError=record;})();
+"""
+
+JS = """
+(function(){'use strict';
+var data=JSON.parse(document.getElementById('gc-data').textContent);
+var cells=data.cells;
+var detail=document.getElementById('detail');
+var body=document.getElementById('detail-body');
+var title=document.getElementById('detail-title');
+var rows=Array.prototype.slice.call(document.querySelectorAll('tr.row'));
+var groups=Array.prototype.slice.call(document.querySelectorAll('tr.group'));
+var boxes=Array.prototype.slice.call(document.querySelectorAll('input[name=outcome]'));
+var text=document.getElementById('f-text');
+var engine=document.getElementById('f-engine');
+var count=document.getElementById('f-count');
+var selected=null;
+function el(tag,cls,txt){var n=document.createElement(tag);if(cls)n.className=cls;
+if(txt!==undefined&&txt!==null)n.textContent=String(txt);return n;}
+function plain(v){return typeof v==='string'?v:JSON.stringify(v);}
+function kvTable(obj){var t=el('table','kv');Object.keys(obj).forEach(function(k){var r=t.insertRow();
+r.appendChild(el('th',null,k));r.appendChild(el('td',null,plain(obj[k])));});return t;}
+function add(sectionTitle,node){body.appendChild(el('h3',null,sectionTitle));body.appendChild(node);}
+function show(index,td){var c=cells[index];if(!c)return;
+body.textContent='';title.textContent='';
+title.appendChild(el('span','pill o-'+c.outcome,data.words[c.outcome]||c.outcome));
+title.appendChild(el('span',null,c.test.split('::').pop()));
+var where=el('div','muted',c.runner+(data.gpus[c.runner]?' · '+data.gpus[c.runner]:''));
+where.style.marginTop='8px';body.appendChild(where);
+body.appendChild(el('div','nodeid',c.nodeid));
+if(c.reason){add('Reason',el('pre','reason',c.reason));}
+if(c.rules&&c.rules.length){var rl=el('div');c.rules.forEach(function(r){rl.appendChild(el('span','rule',r));});
+add('Rules',rl);}
+if(c.findings&&c.findings.length){var fl=el('div');c.findings.forEach(function(f){var box=el('div','finding');
+var h=el('div','fhead');
+h.appendChild(el('span','sev sev-'+(f.unconfirmed?'claim':f.severity),(f.unconfirmed?'unconfirmed ':'')+f.severity));
+h.appendChild(el('code',null,f.id));
+[f.confidence,f.action].forEach(function(x){if(x)h.appendChild(el('span','muted',x));});box.appendChild(h);
+if(f.summary)box.appendChild(el('div',null,f.summary));
+var extra={};Object.keys(f).forEach(function(k){
+if(['id','severity','confidence','action','summary','unconfirmed'].indexOf(k)<0
+&&f[k]!==null&&f[k]!==undefined)extra[k]=f[k];});if(Object.keys(extra).length)box.appendChild(kvTable(extra));
+fl.appendChild(box);});add('Findings',fl);}
+var metrics={};Object.keys(c.metrics||{}).forEach(function(k){var v=c.metrics[k];
+metrics[k]=(v===null?'n/a':(Math.abs(v)>=1000||Number.isInteger(v)?v:Number(v.toPrecision(4))));});
+if(Object.keys(metrics).length)add('Metrics',kvTable(metrics));
+var info={};if(c.engine)info.engine=c.engine;
+Object.keys(c.params||{}).forEach(function(k){info['param '+k]=c.params[k];});
+Object.keys(c.axes||{}).forEach(function(k){info['axis '+k]=c.axes[k];});
+if(c.duration_s!==null&&c.duration_s!==undefined)info.duration=c.duration_s.toFixed(2)+' s';
+if(c.when)info.phase=c.when;if(c.worker)info.worker=c.worker;
+if(Object.keys(info).length)add('Cell',kvTable(info));
+var known=['nodeid','test','engine','params','axes','outcome','reason','rules','findings','metrics','duration_s',
+'log_tail','worker','runner','when'];var other={};Object.keys(c).forEach(function(k){
+if(known.indexOf(k)<0&&c[k]!==null&&c[k]!==undefined)other[k]=c[k];});
+if(Object.keys(other).length)add('Other',kvTable(other));
+if(c.log_tail){add('Log tail',el('pre','log',c.log_tail.replace(/\\x1b\\[[0-9;?]*[ -\\/]*[@-~]/g,'')));}
+detail.hidden=false;
+if(selected)selected.classList.remove('selected');selected=td||null;if(selected)selected.classList.add('selected');}
+function hide(){detail.hidden=true;if(selected){selected.classList.remove('selected');selected=null;}}
+document.addEventListener('click',function(ev){var td=ev.target.closest?ev.target.closest('td[data-cell]'):null;
+if(td){show(Number(td.getAttribute('data-cell')),td);}});
+document.addEventListener('keydown',function(ev){if(ev.key==='Escape'){hide();return;}
+var td=ev.target&&ev.target.closest?ev.target.closest('td[data-cell]'):null;
+if(td&&(ev.key==='Enter'||ev.key===' ')){ev.preventDefault();show(Number(td.getAttribute('data-cell')),td);}});
+document.getElementById('detail-close').addEventListener('click',hide);
+function apply(){var words=(text?text.value:'').toLowerCase().split(/\\s+/).filter(Boolean);
+var want=engine?engine.value:'';var on={};boxes.forEach(function(b){on[b.value]=b.checked;});var shown=0;
+rows.forEach(function(tr){var ok=(!want||tr.getAttribute('data-engine')===want);
+var hay=tr.getAttribute('data-search')||'';
+for(var i=0;ok&&i<words.length;i++){if(hay.indexOf(words[i])<0)ok=false;}
+if(ok){ok=(tr.getAttribute('data-outcomes')||'').split(' ').some(function(o){return on[o];});}
+tr.hidden=!ok;if(ok)shown++;
+Array.prototype.forEach.call(tr.querySelectorAll('td[data-outcome]'),function(td){
+td.classList.toggle('dim',!on[td.getAttribute('data-outcome')]);});});
+groups.forEach(function(g){var n=g.nextElementSibling;var any=false;
+while(n&&!n.classList.contains('group')){if(!n.hidden){any=true;break;}n=n.nextElementSibling;}g.hidden=!any;});
+if(count)count.textContent=shown+' of '+rows.length+' rows';
+var none=document.getElementById('no-rows');if(none)none.hidden=shown>0||rows.length===0;return shown;}
+if(text)text.addEventListener('input',apply);if(engine)engine.addEventListener('change',apply);
+boxes.forEach(function(b){b.addEventListener('change',apply);});
+apply();
+if(location.hash==='#selftest'){var out=document.getElementById('gc-selftest');var problems=[];
+try{boxes.forEach(function(b){b.checked=false;});if(apply()!==0)problems.push('outcome filter left rows visible');
+boxes.forEach(function(b){b.checked=true;});if(apply()!==rows.length)problems.push('outcome filter lost rows');
+if(text){text.value='no-such-cell-zz9';if(apply()!==0)problems.push('text filter left rows visible');
+text.value='';apply();}
+var first=document.querySelector('td[data-cell]');
+var bad=null,best=-1;Array.prototype.forEach.call(document.querySelectorAll(
+'td[data-outcome=failed],td[data-outcome=error]'),function(td){var c=cells[Number(td.getAttribute('data-cell'))];
+var score=(c.log_tail?2:0)+(c.reason?1:0)+(c.findings.length?1:0);if(score>best){best=score;bad=td;}});
+if(!first){problems.push('no clickable cell');}
+[first,bad].forEach(function(td){if(!td)return;td.click();var c=cells[Number(td.getAttribute('data-cell'))];
+if(detail.hidden)problems.push('details did not open');
+if(body.textContent.indexOf(c.nodeid)<0)problems.push('details lack the nodeid of '+c.nodeid);
+if(c.reason&&body.textContent.indexOf(c.reason.split('\\n')[0])<0)problems.push('details lack the reason');
+if(!td.classList.contains('selected'))problems.push('cell not marked selected');});
+}catch(err){problems.push('exception: '+err);}
+var result=problems.length?'fail: '+problems.join('; '):'ok';
+out.setAttribute('data-result',result);out.textContent=result;}
+})();
+"""

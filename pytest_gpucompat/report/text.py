@@ -1,0 +1,74 @@
+"""Short one-line texts shared by the renderers and the collector: reasons, fingerprints, parameters.
+
+Two ways to make a line of a multi-line text, not to be confused: `first_line` keeps the first line (a pytest
+message or an exception's repr says what matters there), `one_line` folds every line into one (a reason shown in a
+table cell or a title, where nothing may be lost but the line breaks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+#: Packages shown in matrix headers, in this order, when a fingerprint has them.
+ENGINE_PACKAGES: tuple[str, ...] = ("vllm", "sglang", "tensorrt-llm", "tensorrt_llm", "transformers", "torch")
+
+
+def first_line(text: str | None) -> str:
+    """The first non-blank line of `text`, without its leading whitespace; `""` for None or blank text."""
+    stripped = (text or "").strip()
+    return stripped.splitlines()[0] if stripped else ""
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """All of `text` on one line (runs of whitespace, newlines included, become one space); `""` for None.
+
+    With `limit`, a longer line is cut to `limit` characters, the last one an ellipsis.
+    """
+    line = " ".join(("" if text is None else str(text)).split())
+    if limit is not None and len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line
+
+
+def plain(value: Any) -> str:
+    """A parameter's value as written by hand: a string as is, anything else as compact, key-sorted JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def gpu_summary(fingerprint: Mapping[str, Any]) -> str:
+    """`8× NVIDIA H200`, `NVIDIA A100 + NVIDIA L4`, or `no GPU` - what a reader looks for first."""
+    gpus = fingerprint.get("gpus") or []
+    if not gpus:
+        return "no GPU"
+    counts: dict[str, int] = {}
+    for gpu in gpus:
+        name = str((gpu or {}).get("name") or "unknown GPU")
+        counts[name] = counts.get(name, 0) + 1
+    return " + ".join(f"{n}× {name}" if n > 1 else name for name, n in counts.items())
+
+
+def stack_summary(fingerprint: Mapping[str, Any]) -> str:
+    """`driver 580.159.04 · CUDA 13.0 (runtime 12.8)`; unknown parts say so rather than vanish."""
+    driver = fingerprint.get("driver") or "unknown"
+    cuda = fingerprint.get("cuda_driver") or "unknown"
+    runtime = fingerprint.get("cuda_runtime")
+    text = f"driver {driver} · CUDA {cuda}"
+    if runtime and runtime != cuda:
+        text += f" (runtime {runtime})"
+    return text
+
+
+def engine_versions(fingerprint: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Installed engine and torch versions, in ENGINE_PACKAGES order."""
+    packages = fingerprint.get("packages") or {}
+    return [(name, str(packages[name])) for name in ENGINE_PACKAGES if packages.get(name)]
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    """`dtype=bfloat16 tensor_parallel_size=2`: stable, short, one line."""
+    return " ".join(f"{k}={plain(v)}" for k, v in params.items())
+

@@ -1,0 +1,185 @@
+"""The report format's version and enums, and the check of a loaded report against the rules of `schema.json`
+that matter, by hand: reading needs no `jsonschema`.
+
+`check_report_dict` stops at the first bad field and names it by its JSON path (`$.cells[3].findings[0].severity`),
+so that `load_report` can say what is wrong in one line; `schema.json` is the documented contract and the tests
+check that both agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: Version of the report format this code reads and writes; a reader refuses another one rather than guess.
+SCHEMA_VERSION = 1
+
+# The format's enums: the same lists as schema.json's.
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "skipped", "error", "not-covered")
+SEVERITIES: tuple[str, ...] = ("broken", "degraded", "advice")
+CONFIDENCES: tuple[str, ...] = ("documents", "upstream", "verified")
+ACTIONS: tuple[str, ...] = ("skip", "xfail-strict", "xfail", "annotate")
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class InvalidField(Exception):
+    """The first field of a report that breaks the schema: where (`path`, JSONPath-style) and what (`problem`)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def _child(path: str, key: str | int) -> str:
+    """JSONPath-style location: `$.cells[3].findings[0].severity`, `$.runners["runner-a#2"]`."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _IDENT.match(key):
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _type(value: Any, path: str, *kinds: str) -> None:
+    kind = _kind(value)
+    if kind in kinds or (kind == "integer" and "number" in kinds):
+        return
+    raise InvalidField(path, f"expected {' or '.join(kinds)}, got {kind} {_show(value)}")
+
+
+def _enum(value: Any, path: str, allowed: tuple[str, ...], nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    if value not in allowed:
+        raise InvalidField(path, f"{_show(value)} is not one of {', '.join(allowed)}")
+
+
+def _required(obj: Mapping[str, Any], path: str, keys: Iterable[str]) -> None:
+    for key in keys:
+        if key not in obj:
+            raise InvalidField(_child(path, key), "required field is missing")
+
+
+def _optional(obj: Mapping[str, Any], path: str, key: str, *kinds: str) -> None:
+    if key in obj:
+        _type(obj[key], _child(path, key), *kinds)
+
+
+def _check_fingerprint(fp: Any, path: str) -> None:
+    _type(fp, path, "object")
+    _optional(fp, path, "name", "string", "null")
+    for key in ("driver", "cuda_driver", "cuda_runtime", "interconnect", "os", "libc", "python"):
+        _optional(fp, path, key, "string", "null")
+    _optional(fp, path, "packages", "object")
+    for name, version in (fp.get("packages") or {}).items():
+        _type(version, _child(_child(path, "packages"), name), "string", "null")
+    _optional(fp, path, "reasons", "array")
+    for i, reason in enumerate(fp.get("reasons") or ()):
+        _type(reason, _child(_child(path, "reasons"), i), "string")
+    _optional(fp, path, "gpus", "array")
+    for i, gpu in enumerate(fp.get("gpus") or ()):
+        gpath = _child(_child(path, "gpus"), i)
+        _type(gpu, gpath, "object")
+        _optional(gpu, gpath, "name", "string", "null")
+        _optional(gpu, gpath, "index", "integer", "null")
+        _optional(gpu, gpath, "memory_mib", "number", "null")
+
+
+def _check_finding(finding: Any, path: str) -> None:
+    _type(finding, path, "object")
+    _required(finding, path, ("id", "severity"))
+    _type(finding["id"], _child(path, "id"), "string")
+    _enum(finding["severity"], _child(path, "severity"), SEVERITIES)
+    _enum(finding.get("confidence"), _child(path, "confidence"), CONFIDENCES, nullable=True)
+    _enum(finding.get("action"), _child(path, "action"), ACTIONS, nullable=True)
+    _optional(finding, path, "summary", "string", "null")
+
+
+def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
+    _type(cell, path, "object")
+    _required(cell, path, ("nodeid", "outcome", "runner"))
+    _type(cell["nodeid"], _child(path, "nodeid"), "string")
+    if not cell["nodeid"]:
+        raise InvalidField(_child(path, "nodeid"), "must not be empty")
+    _enum(cell["outcome"], _child(path, "outcome"), OUTCOMES)
+    _type(cell["runner"], _child(path, "runner"), "string")
+    if cell["runner"] not in runners:
+        raise InvalidField(_child(path, "runner"), f"{_show(cell['runner'])} is not a key of $.runners")
+    _optional(cell, path, "test", "string")
+    for key in ("engine", "reason", "log_tail", "worker", "when"):
+        _optional(cell, path, key, "string", "null")
+    _optional(cell, path, "params", "object")
+    _optional(cell, path, "axes", "object")
+    _optional(cell, path, "duration_s", "number", "null")
+    _optional(cell, path, "rules", "array")
+    for i, rule in enumerate(cell.get("rules") or ()):
+        _type(rule, _child(_child(path, "rules"), i), "string")
+    _optional(cell, path, "findings", "array")
+    for i, finding in enumerate(cell.get("findings") or ()):
+        _check_finding(finding, _child(_child(path, "findings"), i))
+    _optional(cell, path, "metrics", "object")
+    for name, value in (cell.get("metrics") or {}).items():
+        _type(value, _child(_child(path, "metrics"), name), "number", "null")
+
+
+def check_report_dict(data: Any) -> None:
+    """Raise `InvalidField(path, problem)` at the first field that breaks the schema's rules that matter."""
+    _type(data, "$", "object")
+    _required(data, "$", ("schema_version", "tool_version", "created", "runners", "cells"))
+    _type(data["schema_version"], "$.schema_version", "integer")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise InvalidField(
+            "$.schema_version",
+            f"unsupported schema version {data['schema_version']} (this version of pytest-gpucompat reads "
+            f"{SCHEMA_VERSION})",
+        )
+    _type(data["tool_version"], "$.tool_version", "string")
+    _type(data["created"], "$.created", "string")
+    _optional(data, "$", "interrupted", "boolean")
+    _optional(data, "$", "exitstatus", "integer", "null")
+    _optional(data, "$", "summary", "object")
+    _type(data["runners"], "$.runners", "object")
+    for name, fp in data["runners"].items():
+        _check_fingerprint(fp, _child("$.runners", name))
+    _type(data["cells"], "$.cells", "array")
+    for i, cell in enumerate(data["cells"]):
+        _check_cell(cell, _child("$.cells", i), data["runners"])
+
+
+def json_path(keys: Iterable[Any]) -> str:
+    """The JSON path of a key sequence (`("cells", 3, "reason")` -> `$.cells[3].reason`)."""
+    path = "$"
+    for key in keys:
+        path = _child(path, key if isinstance(key, int) and not isinstance(key, bool) else str(key))
+    return path
+

@@ -1,0 +1,126 @@
+"""The shape of the package: no import circle (lazy imports inside functions count too), modules of one
+responsibility and a readable size, and a public API that names only what exists."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest_gpucompat
+
+PACKAGE = Path(pytest_gpucompat.__file__).resolve().parent
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The package modules ``name`` imports anywhere in its code, except under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in MODULES:
+                    found.add(sub)
+                elif target in MODULES:
+                    found.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    found.discard(name)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def test_no_import_circle() -> None:
+    graph = {name: {m for m in _imports(name, path) if not name.startswith(m + ".")}  # a package's own parent
+             for name, path in MODULES.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_is_too_long() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}, f"split these modules by responsibility (over {MAX_LINES} lines): {long}"
+
+
+def test_public_api_names_what_exists() -> None:
+    missing = [name for name in pytest_gpucompat.__all__ if not hasattr(pytest_gpucompat, name)]
+    assert missing == []
+
+
+def test_fixtures_are_a_plugin_of_their_own() -> None:
+    """Every fixture in fixtures.py exists through its own entry point, with no list to keep in plugin.py."""
+    from importlib.metadata import entry_points
+
+    plugins = {e.name: e.value for e in entry_points(group="pytest11")}
+    assert plugins.get("gpucompat") == "pytest_gpucompat.plugin"
+    assert plugins.get("gpucompat_fixtures") == "pytest_gpucompat.fixtures"
+    assert "pytest_gpucompat.fixtures" not in _imports("pytest_gpucompat.plugin", MODULES["pytest_gpucompat.plugin"])
