@@ -219,7 +219,9 @@ def test_a_cell_that_needs_more_gpus_is_skipped_before_its_engine_starts(pyteste
                                  "1 visible*"])
     cells = json.loads((pytester.path / "r.json").read_text())["cells"]
     (tp2,) = [c for c in cells if c["params"]["tensor_parallel_size"] == 2]
-    assert tp2["outcome"] == "skipped" and "needs 2 GPUs" in tp2["reason"]
+    assert tp2["outcome"] == "skipped"
+    assert tp2["reason"] == ("cannot run here: [vllm-parallel-needs-visible-gpus] needs 2 GPUs "
+                             "(tensor_parallel_size=2), 1 visible")
 
 
 def test_fleet_preview_honours_the_policy_hook(pytester):

@@ -40,6 +40,7 @@ class Finding:
     sources: tuple[tuple[str, str], ...]
     action: str
     detail: str | None = None  # what this runner has for the rule's conditions ("needs 2 GPUs, 1 visible")
+    need: bool = False  # the rule is a need of the cell (GPUs, memory) that this runner does not meet
 
     @property
     def unconfirmed(self) -> bool:
@@ -80,6 +81,7 @@ def finding_for(rule: Rule, run_known_bad: bool = False) -> Finding:
         engine=rule.engine, summary=rule.summary, workaround=rule.workaround, symptom=rule.symptom,
         note=rule.note, claims=rule.claims, sources=tuple((s.kind, s.ref) for s in rule.sources),
         action=action_for(rule, run_known_bad),
+        need=bool(rule.when.needs_gpus or rule.when.needs_memory),
     )
 
 
@@ -120,12 +122,16 @@ def decide(findings: Sequence[Finding], run_known_bad: bool = False) -> Decision
     if not evidence:
         return Decision("run", False, "", tuple(findings))
     top = min(evidence, key=lambda f: (_ORDER[f.action], f.id))
-    reason = f"[{top.id}] {top.summary} ({top.confidence})" + (f": {top.detail}" if top.detail else "")
+    if top.need and top.detail:  # not a fault of the stack: this runner is too small for the cell
+        reason = f"cannot run here: [{top.id}] {top.detail}"
+    else:
+        reason = ("known bad here: " if top.action != "annotate" else "") + (
+            f"[{top.id}] {top.summary} ({top.confidence})" + (f": {top.detail}" if top.detail else ""))
     if top.action == "skip":
-        return Decision("skip", False, f"known bad here: {reason}", tuple(findings), rule_id=top.id)
+        return Decision("skip", False, reason, tuple(findings), rule_id=top.id)
     if top.action in ("xfail-strict", "xfail"):
         strict = top.action == "xfail-strict"
-        return Decision("xfail", strict, f"known bad here: {reason}", tuple(findings),
+        return Decision("xfail", strict, reason, tuple(findings),
                         known_bad_run=strict and run_known_bad and top.failure in STOPPING_FAILURES, rule_id=top.id)
     return Decision("run", False, reason, tuple(findings), rule_id=top.id)
 
