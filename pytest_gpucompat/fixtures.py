@@ -96,6 +96,19 @@ def gpucompat_record(request: pytest.FixtureRequest) -> Callable[[str, float], N
     return record
 
 
+@pytest.fixture
+def gpucompat_record_series(request: pytest.FixtureRequest) -> Callable[[str, Sequence[float | None]], None]:
+    """Record a figure per cycle or round (``nvml_process_mib`` after each create/destroy cycle) on the cell's
+    result, so reports can draw it; None marks a cycle where the figure could not be measured."""
+    cs = _cell_state(request)
+
+    def record(name: str, values: Sequence[float | None]) -> None:
+        if cs is not None:
+            cs.series[name] = [None if v is None else float(v) for v in values]
+
+    return record
+
+
 @pytest.fixture(scope="session")
 def gpucompat_model(request: pytest.FixtureRequest) -> Path:
     """A tiny model built locally with fixed-seed random weights, or a checkpoint given by --gpucompat-model."""

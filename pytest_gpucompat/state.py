@@ -27,6 +27,7 @@ class CellState:
     decision: Decision | None = None
     not_covered: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    series: dict[str, list[float | None]] = field(default_factory=dict)  # a figure per cycle/round, for charts
     info: dict[str, Any] = field(default_factory=dict)
     log_tail: str | None = None
     engine_failed: bool = False
@@ -56,6 +57,7 @@ class CellState:
         return {
             **fixed[2],
             "metrics": dict(self.metrics),
+            "series": {k: list(v) for k, v in self.series.items()},
             "info": dict(self.info),
             "log_tail": self.log_tail,
             "not_covered": self.not_covered,

@@ -37,7 +37,7 @@ def _samples(rows):
 
 @pytest.mark.gpucompat(matrix="memory")
 def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpucompat_record, gpucompat_isolated,
-                                           request):
+                                           gpucompat_record_series, request):
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)
     prompts = fixed_prompts(2, 12, model_vocab_size(gpucompat_model), seed=5)
     rows = gpucompat_isolated(create_destroy_cycles, spec, CYCLES, prompts, 8)
@@ -48,10 +48,11 @@ def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpuc
     gpucompat_record("leak_mib_per_cycle", verdict.slope_mib_per_cycle or 0.0)
     gpucompat_record("cycles", float(len(samples) - 1))
     gpucompat_record("cycle_s", sum(r["cycle_s"] for r in rows[1:]) / max(1, len(rows) - 1))
-    for name in ("nvml_process_mib", "torch_reserved_mib", "host_rss_mib"):
-        values = [getattr(s, name) for s in samples[1:] if getattr(s, name) is not None]
-        if values:
-            gpucompat_record(f"{name}_after_last_cycle", values[-1])
+    for name in ("nvml_process_mib", "nvml_device_used_mib", "torch_reserved_mib", "host_rss_mib"):
+        series = [getattr(s, name) for s in samples]  # cycle 0 (before the first engine) to the last
+        if any(v is not None for v in series):
+            gpucompat_record_series(name, series)
+            gpucompat_record(f"{name}_after_last_cycle", [v for v in series if v is not None][-1])
     if on_gpu:
         device = leak_verdict(samples, "nvml_device_used_mib", warmup=1)
         gpucompat_record("device_leak_mib_per_cycle", device.slope_mib_per_cycle or 0.0)

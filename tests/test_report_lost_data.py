@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +257,24 @@ def test_a_failure_reason_without_a_crash_location():
     assert _failure_reason(Report()) == "OSError: disk full"
     Report.longrepr = "vllm failed: exit 1\n--- vllm log, last lines ---\nINFO loading"
     assert _failure_reason(Report()) == "vllm failed: exit 1"
+
+
+def test_series_per_cycle_reach_the_report(pytester: pytest.Pytester) -> None:
+    """A figure per cycle (the memory suite's) is kept in the JSON report, valid against the schema, so it can be
+    drawn."""
+    import jsonschema
+
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+        def test_cycles(gpucompat_cell, gpucompat_record_series):
+            gpucompat_record_series("host_rss_mib", [100, 101.5, None, 103])
+    """)
+    pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json").assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert data["cells"][0]["series"] == {"host_rss_mib": [100.0, 101.5, None, 103.0]}
+    schema = json.loads((Path(__file__).resolve().parent.parent / "pytest_gpucompat" / "report" / "schema.json")
+                        .read_text())
+    jsonschema.validate(data, schema)
+    assert load_report(pytester.path / "r.json").cells[0].series == {"host_rss_mib": (100.0, 101.5, None, 103.0)}

@@ -88,6 +88,7 @@ class ReportCollector:
             cell = self.cells[report.nodeid] = self._new_cell(report, payload)
         else:
             cell["metrics"].update(payload.get("metrics") or {})
+            cell["series"].update(payload.get("series") or {})
             if payload.get("log_tail"):
                 cell["log_tail"] = payload["log_tail"]
             cell["info"] = payload.get("info") or cell.get("info", {})
@@ -142,6 +143,7 @@ class ReportCollector:
             "rules": payload.get("rules") or [],
             "findings": payload.get("findings") or [],
             "metrics": dict(payload.get("metrics") or {}),
+            "series": dict(payload.get("series") or {}),
             "duration_s": 0.0,
             "log_tail": payload.get("log_tail"),
             "worker": _worker_id(report),

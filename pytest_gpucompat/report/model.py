@@ -112,6 +112,7 @@ class CellRecord:
     rules: tuple[str, ...] = ()
     findings: tuple[FindingRecord, ...] = ()
     metrics: Mapping[str, float | None] = field(default_factory=dict)
+    series: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)  # a figure per cycle or round
     duration_s: float | None = None
     log_tail: str | None = None
     worker: str | None = None
@@ -130,6 +131,7 @@ class CellRecord:
         "rules",
         "findings",
         "metrics",
+        "series",
         "duration_s",
         "log_tail",
         "worker",
@@ -152,6 +154,7 @@ class CellRecord:
         object.__setattr__(self, "params", dict(self.params))
         object.__setattr__(self, "axes", dict(self.axes))
         object.__setattr__(self, "metrics", {str(k): _finite(v) for k, v in self.metrics.items()})
+        object.__setattr__(self, "series", {str(k): tuple(_finite(x) for x in v) for k, v in self.series.items()})
         object.__setattr__(self, "duration_s", _finite(self.duration_s))
         object.__setattr__(self, "extra", dict(self.extra))
 
@@ -172,6 +175,7 @@ class CellRecord:
             "rules": list(self.rules),
             "findings": [f.to_dict() for f in self.findings],
             "metrics": dict(self.metrics),
+            **({"series": {k: list(v) for k, v in self.series.items()}} if self.series else {}),
             "duration_s": self.duration_s,
             "log_tail": self.log_tail,
             "worker": self.worker,
@@ -205,6 +209,7 @@ class CellRecord:
             rules=tuple(data.get("rules") or ()),
             findings=tuple(FindingRecord.from_dict(f) for f in data.get("findings") or ()),
             metrics=data.get("metrics") or {},
+            series=data.get("series") or {},
             duration_s=data.get("duration_s"),
             log_tail=data.get("log_tail"),
             worker=data.get("worker"),

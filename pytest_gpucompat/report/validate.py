@@ -150,6 +150,11 @@ def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
     _optional(cell, path, "metrics", "object")
     for name, value in (cell.get("metrics") or {}).items():
         _type(value, _child(_child(path, "metrics"), name), "number", "null")
+    _optional(cell, path, "series", "object")
+    for name, values in (cell.get("series") or {}).items():
+        _type(values, _child(_child(path, "series"), name), "array")
+        for i, value in enumerate(values):
+            _type(value, _child(_child(_child(path, "series"), name), i), "number", "null")
 
 
 def check_report_dict(data: Any) -> None:
