@@ -102,6 +102,9 @@ def format_fingerprint(fp: Fingerprint) -> str:
     lines.append(f"os:            {fp.os or '-'}")
     if fp.cuda_visible_devices is not None:
         lines.append(f"CUDA_VISIBLE_DEVICES={fp.cuda_visible_devices}")
+    env = {k: v for k, v in fp.env.items() if k != "CUDA_VISIBLE_DEVICES"}  # the line above says it
+    lines.append("env:           " + ("-" if not env else f"{len(env)} engine variable{'s' if len(env) != 1 else ''}"))
+    lines += [f"  {name}={value}" for name, value in env.items()]
     for reason in fp.reasons:
         lines.append(f"note:          {reason}")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .engines.registry import kb_engine_names, tracked_packages
+from .environment import engine_env, env_field
 from .errors import InputError
 from .inputs import bool_field, int_field, load_file, text_field
 from .versions import is_version, normalize_package
@@ -31,6 +32,8 @@ TRACKED_PACKAGES: Mapping[str, tuple[str, ...]] = {
     "transformers": ("transformers",),
     "flashinfer-python": ("flashinfer-python", "flashinfer"),
     "xformers": ("xformers",),
+    "flash-attn": ("flash-attn",),
+    "sglang-kernel": ("sglang-kernel", "sgl-kernel"),  # SGLang's kernels, sgl-kernel before 0.3.x
     "triton": ("triton",),
     "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
     "cuda-runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"),
@@ -84,12 +87,14 @@ class Fingerprint:
     python: str | None = None
     container: str | None = None
     cuda_visible_devices: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)  # environment.py: what configures the engines
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
     reasons: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = dict(self.packages)
+        data["env"] = dict(self.env)
         data["params"] = dict(self.params)
         return {"schema": SCHEMA, **data}
 
@@ -160,6 +165,7 @@ def collect(name: str | None = None) -> Fingerprint:
         python=platform.python_version(),
         container=detect_container(),
         cuda_visible_devices=visible,
+        env=engine_env(),
         reasons=tuple(reasons),
     )
 
@@ -437,6 +443,7 @@ def from_dict(data: Any, source: str = "<fingerprint>", prefix: str | None = Non
         links=links,
         interconnect=interconnect,
         packages=dict(sorted(norm_packages.items())),
+        env=env_field(data.get("env"), source, _field(prefix, "env")),
         params=dict(params),
         reasons=tuple(str(text_field(r, source, _field(prefix, f"reasons[{i}]"))) for i, r in enumerate(reasons)),
         **values,

@@ -70,6 +70,30 @@ METRICS: dict[str, Metric] = {
 }
 
 
+@dataclass(frozen=True)
+class KeyFigure:
+    """A figure a report's matrix cell shows, and where its limit comes from (the colour is the margin to it).
+
+    `limit`: `thresholds:KEY` is KEY of the cell's dtype in matrices/thresholds.yaml (`checks.compare`), `leak` the
+    memory suite's leak tolerance (`checks.memory`), None a figure shown plain (throughput has no pass/fail limit).
+    """
+
+    metric: str
+    label: str
+    limit: str | None
+
+
+#: In the order a cell shows them; a cell shows those it recorded (the suite decides which: see METRICS).
+KEY_FIGURES: tuple[KeyFigure, ...] = (
+    KeyFigure("max_abs_logprob_delta", "max |Δlogprob|", "thresholds:max_abs_logprob_delta"),
+    KeyFigure("token_agreement", "token agreement", "thresholds:min_token_agreement"),
+    KeyFigure("min_cosine", "cosine", "thresholds:min_cosine"),
+    KeyFigure("tokens_per_s", "tokens/s", None),
+    KeyFigure("ttft_s", "TTFT", None),
+    KeyFigure("leak_mib_per_cycle", "leak", "leak"),
+)
+
+
 def spread(values: Sequence[float]) -> float:
     """(max - min) / |median|: how far apart the rounds were, as a fraction of the figure.
 

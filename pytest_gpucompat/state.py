@@ -92,10 +92,22 @@ class RunState:
     fleet: Mapping[str, Fingerprint]
     kb: KnowledgeBase
     what_if: bool
+    _host: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def run_known_bad(self) -> bool:
         return self.settings.run_known_bad
+
+    def what_if_labels(self) -> dict[str, str]:
+        """For a what-if run (``--gpucompat-env`` with one fingerprint): ``what_if``, the fingerprint file as given,
+        and ``host``, one line on the machine that really ran the cells (collected once, when first asked); the
+        report's runner fingerprint carries both. {} for a run on this machine's own fingerprint."""
+        if not self.what_if:
+            return {}
+        if self._host is None:
+            host = fpmod.collect(self.settings.runner)
+            self._host = f"{host.name} ({host.summary()})"
+        return {"what_if": str(self.settings.env), "host": self._host}
 
     def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
                  measured: Mapping[str, Any] | None = None) -> CellState:

@@ -190,3 +190,125 @@ def test_text_form_mentions_reasons():
 
     text = format_fingerprint(fp)
     assert "gpus:          none" in text and "NVML not available" in text
+
+
+# --------------------------------------------------------------------------- engine environment and kernel packages
+
+def test_env_prefixes_come_from_the_registry_plus_the_libraries():
+    from pytest_gpucompat.engines.registry import descriptors
+    from pytest_gpucompat.environment import LIBRARY_ENV_PREFIXES, recorded_prefixes
+
+    prefixes = recorded_prefixes()
+    for descriptor in descriptors():
+        assert set(descriptor.env_prefixes) <= set(prefixes), descriptor.name
+    assert {"VLLM_", "SGLANG_", "NCCL_", "CUDA_", "TORCH_"} <= set(prefixes)
+    assert prefixes[-len(LIBRARY_ENV_PREFIXES):] == LIBRARY_ENV_PREFIXES and len(set(prefixes)) == len(prefixes)
+
+
+def test_engine_env_keeps_the_engine_variables_and_redacts_credentials():
+    from pytest_gpucompat.environment import REDACTED, engine_env
+
+    environ = {
+        "VLLM_ATTENTION_BACKEND": "FLASHINFER", "SGLANG_ENABLE_JIT": "1", "NCCL_P2P_DISABLE": "1",
+        "CUDA_LAUNCH_BLOCKING": "1", "TORCH_CUDA_ARCH_LIST": "9.0", "TRTLLM_X": "y", "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": "hf_secret", "VLLM_API_KEY": "k", "SGLANG_AUTH_HEADER": "Bearer x", "NCCL_PASSWORD": "p",
+        "TORCH_SECRET": "s", "VLLM_CREDENTIALS_FILE": "/c", "PATH": "/bin", "HOME": "/root", "vllm_lower": "x",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+    }
+    env = engine_env(environ)
+    assert env == {
+        "CUDA_LAUNCH_BLOCKING": "1", "HF_HUB_OFFLINE": "1", "HF_TOKEN": REDACTED, "NCCL_P2P_DISABLE": "1",
+        "NCCL_PASSWORD": REDACTED, "SGLANG_AUTH_HEADER": REDACTED, "SGLANG_ENABLE_JIT": "1",
+        "TORCH_CUDA_ARCH_LIST": "9.0", "TORCH_SECRET": REDACTED, "TRTLLM_X": "y", "VLLM_API_KEY": REDACTED,
+        "VLLM_ATTENTION_BACKEND": "FLASHINFER", "VLLM_CREDENTIALS_FILE": REDACTED,
+    }
+    assert list(env) == sorted(env)
+    assert "hf_secret" not in json.dumps(env) and "Bearer" not in json.dumps(env)
+
+
+def test_collect_records_the_engine_environment(nvml, monkeypatch):
+    nvml(GPUS[:1])
+    monkeypatch.setenv("VLLM_USE_V1", "1")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    fp = fpmod.collect("r1")
+    assert fp.env["VLLM_USE_V1"] == "1" and fp.env["NCCL_DEBUG"] == "INFO" and fp.env["HF_TOKEN"] == "<redacted>"
+    data = fp.to_dict()
+    assert data["env"] == dict(fp.env) and "hf_secret" not in json.dumps(data)
+    assert hash(fp) == hash(fpmod.Fingerprint(**{**vars(fp), "env": {}}))  # env is data, not identity
+
+
+def test_kernel_packages_are_tracked(monkeypatch):
+    versions = {"flashinfer-python": "0.2.5", "sgl-kernel": "0.1.9", "xformers": "0.0.29", "flash-attn": "2.7.4",
+                "vllm": "0.26.0"}
+
+    def version(name):
+        if name not in versions:
+            raise fpmod.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(fpmod.metadata, "version", version)
+    packages = fpmod.installed_packages()
+    assert packages == {"flash-attn": "2.7.4", "flashinfer-python": "0.2.5", "sglang-kernel": "0.1.9",
+                        "vllm": "0.26.0", "xformers": "0.0.29"}
+    from pytest_gpucompat.engines.registry import descriptors
+
+    for descriptor in descriptors():  # every descriptor's `packages` is tracked under the engine's name
+        if descriptor.packages:
+            assert fpmod.TRACKED_PACKAGES[descriptor.name] == descriptor.packages
+
+
+def test_env_round_trips_and_old_files_without_env_still_load(tmp_path):
+    fp = fpmod.Fingerprint(name="me", env={"VLLM_USE_V1": "1", "NCCL_DEBUG": "INFO"})
+    path = tmp_path / "fp.json"
+    path.write_text(json.dumps(fp.to_dict()))
+    assert fpmod.load(path)["me"].env == {"NCCL_DEBUG": "INFO", "VLLM_USE_V1": "1"}
+    old = fp.to_dict()
+    del old["env"]  # written before the field existed
+    path.write_text(json.dumps(old))
+    assert fpmod.load(path)["me"].env == {}
+    (tmp_path / "fp.yaml").write_text("env: null\n")
+    assert fpmod.load(tmp_path / "fp.yaml")["fp"].env == {}
+
+
+def test_a_hand_written_secret_is_redacted_on_load(tmp_path):
+    path = tmp_path / "what-if.yaml"
+    path.write_text('env: {HF_TOKEN: "hf_secret", VLLM_ATTENTION_BACKEND: FLASHINFER}\n')
+    assert fpmod.load(path)["what-if"].env == {"HF_TOKEN": "<redacted>", "VLLM_ATTENTION_BACKEND": "FLASHINFER"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("env: [VLLM_USE_V1]\n", "field 'env': must map environment variable names"),
+        ("env: VLLM_USE_V1=1\n", "field 'env': must map environment variable names"),
+        ("env: {VLLM_USE_V1: 1}\n", "field 'env.VLLM_USE_V1': must be a string, not the number 1"),
+        ("env: {VLLM_USE_V1: true}\n", "field 'env.VLLM_USE_V1': must be a string, not a boolean"),
+        ("env: {VLLM_USE_V1: [1]}\n", "field 'env.VLLM_USE_V1': must be a string, not a list"),
+        ("env: {VLLM_USE_V1: {a: b}}\n", "field 'env.VLLM_USE_V1': must be a string, not a mapping"),
+        ("env: {VLLM_USE_V1: null}\n", "field 'env.VLLM_USE_V1': must be a string, not null"),
+        ("env: {1: x}\n", "field 'env.1': not an environment variable name"),
+        ('env: {"A=B": x}\n', "field 'env.A=B': not an environment variable name"),
+        ('env: {"": x}\n', "field 'env.': not an environment variable name"),
+        ("fleet: {a: {env: {X: 2}}}\n", "field 'fleet.a.env.X'"),
+    ],
+)
+def test_bad_env_names_the_field(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        fpmod.load(path)
+    assert message in str(info.value)
+
+
+def test_gpucompat_env_shows_the_environment_and_kernel_packages():
+    from pytest_gpucompat.cli import format_fingerprint
+
+    fp = fpmod.Fingerprint(name="x", cuda_visible_devices="0", packages={"flashinfer-python": "0.2.5"},
+                           env={"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "<redacted>", "VLLM_USE_V1": "1"})
+    text = format_fingerprint(fp)
+    assert "flashinfer-python 0.2.5" in text
+    assert "env:           2 engine variables" in text
+    assert "\n  HF_TOKEN=<redacted>\n  VLLM_USE_V1=1" in text
+    assert text.count("CUDA_VISIBLE_DEVICES=0") == 1
+    assert "env:           -" in format_fingerprint(fpmod.Fingerprint(name="y"))

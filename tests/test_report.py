@@ -399,7 +399,7 @@ def test_markdown_summary() -> None:
 def test_markdown_truncates_long_matrices() -> None:
     cells = [cell(f"t.py::f[hf-{i}]", "passed") for i in range(20)]
     md = render_markdown(make_report(cells=cells), max_rows=5)
-    assert "15 more rows not shown" in md
+    assert "… 15 more cells (15 of 20 rows) not shown: see the HTML/JSON report." in md
 
 
 def test_write_step_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -183,3 +183,90 @@ def test_screenshot(page: Path, tmp_path: Path) -> None:
     keep = os.environ.get("GPUCOMPAT_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
+
+
+# --- a fleet of 4 runners × 50 items at 1400 px: layout, figures and charts by element positions --------------------
+
+_MEASURE = """<script>window.addEventListener('load',function(){
+function box(n){var r=n.getBoundingClientRect();return {l:r.left,r:r.right,t:r.top,b:r.bottom,w:r.width,h:r.height};}
+function all(sel,root){return Array.prototype.slice.call((root||document).querySelectorAll(sel));}
+var wrap=document.querySelector('.matrix-wrap');
+var out={width:window.innerWidth,runners:all('th.runner').map(box),rowheads:all('th.rowhead').slice(0,5).map(box),
+wrapScroll:[wrap.scrollWidth,wrap.clientWidth],banner:document.getElementById('what-if')?box(document.getElementById(
+'what-if')):null,ranOn:all('td .ranon').length,figs:{},legend:all('#legend li').length,charts:{}};
+all('td .fig').forEach(function(f){var k=f.getAttribute('data-metric')+' '+f.className;
+out.figs[k]=(out.figs[k]||0)+1;});
+all('svg.chart').forEach(function(svg){var b=box(svg);var inside=all('.pt',svg).every(function(p){var q=box(p);
+return q.l>=b.l-1&&q.r<=b.r+1&&q.t>=b.t-1&&q.b<=b.b+1;});
+out.charts[svg.getAttribute('data-chart')]={box:b,series:all('.series',svg).length,points:all('.pt',svg).length,
+declared:[Number(svg.getAttribute('data-series')),Number(svg.getAttribute('data-points'))],inside:inside,
+runners:all('.series',svg).map(function(g){return g.getAttribute('data-runner');})};});
+var pre=document.createElement('pre');pre.id='gc-layout';pre.textContent=JSON.stringify(out);
+document.body.appendChild(pre);});</script>"""
+
+
+def test_fleet_of_four_fits_1400px_with_figures_and_charts(tmp_path: Path) -> None:
+    import json
+
+    from _fleet_report import MEMORY_METRICS, RUNNERS, WHAT_IF_RUNNER, fleet_report
+
+    from pytest_gpucompat.report.figures import key_figures
+
+    chromium = _chromium()
+    report = fleet_report()
+    page = tmp_path / "fleet.html"
+    page.write_text(render_html(report).replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    result = _run(chromium, tmp_path / "profile", "--window-size=1400,1000", "--dump-dom", page.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not _page_errors(result.stderr)
+    found = re.search(r'<pre id="gc-layout">(.*?)</pre>', result.stdout, re.S)
+    assert found is not None, "the measuring script did not run"
+    layout = json.loads(html.unescape(found.group(1)))
+    assert layout["width"] == 1400
+
+    # All four runner columns are on screen, side by side, none squeezed; the matrix does not scroll sideways.
+    heads = layout["runners"]
+    assert len(heads) == len(RUNNERS)
+    assert all(h["r"] <= 1400 for h in heads), [h["r"] for h in heads]
+    assert all(a["r"] <= b["l"] + 1 for a, b in zip(heads, heads[1:]))
+    assert all(h["w"] >= 120 for h in heads)
+    scroll, client = layout["wrapScroll"]
+    assert scroll <= client + 1
+    assert all(r["w"] <= 420 for r in layout["rowheads"])  # long parameters wrap or are cut, never a wide column
+
+    # Key figures: one per recorded metric; the over-the-limit ones are those of the data.
+    figures = [f for c in report.cells for f in key_figures(c)]
+    shown = layout["figs"]
+    assert sum(shown.values()) == len(figures)
+    over = sum(1 for f in figures if f.margin == "over")
+    assert over and sum(n for k, n in shown.items() if k.endswith("m-over")) == over
+    assert sum(n for k, n in shown.items() if k.startswith("tokens_per_s") and k.endswith("m-plain")) == sum(
+        1 for c in report.cells if c.metrics.get("tokens_per_s") is not None
+    )
+
+    # What-if: a banner, and every cell that really ran on the what-if runner says where.
+    assert layout["banner"] is not None and layout["banner"]["h"] > 0
+    assert layout["ranOn"] == sum(
+        1 for c in report.cells if c.runner == WHAT_IF_RUNNER and c.ran
+    )
+    assert layout["legend"] == 10  # nine states and the unconfirmed claims
+
+    charts = layout["charts"]
+    for name, chart in charts.items():
+        assert chart["box"]["r"] <= 1400 and chart["box"]["w"] >= 250, name
+        assert [chart["series"], chart["points"]] == chart["declared"], name
+        assert chart["inside"], f"{name}: a point lies outside its chart"
+    drift_points = sum(
+        1 for c in report.cells if any(f.used is not None and f.key.limit != "leak" for f in key_figures(c))
+    )
+    assert charts["drift"]["points"] == drift_points and set(charts["drift"]["runners"]) == {r[0] for r in RUNNERS}
+    for metric in MEMORY_METRICS:
+        with_series = [c for c in report.cells if c.series.get(metric)]
+        assert charts[f"memory-{metric}"]["series"] == len(with_series)
+        assert charts[f"memory-{metric}"]["points"] == sum(
+            1 for c in with_series for v in c.series[metric][1:] if v is not None
+        )
+    groups = {(c.engine, report.runners[c.runner]["packages"].get(c.engine if c.engine != "hf" else "transformers"),
+               c.runner) for c in report.cells if c.ran and c.metrics.get("tokens_per_s") is not None}
+    assert charts["tokens_per_s"]["points"] == len(groups)
+    assert charts["start_s"]["series"] == len(RUNNERS)

@@ -77,7 +77,8 @@ class EngineDescriptor:
     kb:              KB rules may name this engine (`engine:` of a rule).
     dtype_aliases:   extra dtype spellings this engine accepts, over DTYPE_ALIASES.
     help_commands:   commands whose output lists the engine's CLI flags (`gpucompat rules --lint`).
-    env_prefixes:    prefixes of the environment variables that configure it (VLLM_, SGLANG_, ...).
+    env_prefixes:    prefixes of the environment variables that configure it (VLLM_, SGLANG_, ...): the fingerprint
+                     records them (`env`, environment.py) and an isolated child logs them.
     packages:        distributions recorded in the fingerprint for it (first name found wins).
     parallel_params: the parameters whose product is the number of GPUs a cell needs.
     server:          how the `openai` engine starts its OpenAI-compatible server; None: it has none.
@@ -99,7 +100,8 @@ class EngineDescriptor:
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
+"""Environment variable names whose values are credentials: never logged, redacted in fingerprints."""
 _ALIASES: dict[str, str] = {}
 
 
@@ -170,13 +172,18 @@ def help_commands(name: str) -> tuple[tuple[str, ...], ...]:
     return found.help_commands if found is not None else ()
 
 
+def env_prefixes() -> tuple[str, ...]:
+    """Every registered engine's `env_prefixes`, in registration order, each once."""
+    return tuple(dict.fromkeys(p for d in _REGISTRY.values() for p in d.env_prefixes))
+
+
 def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of `environ` (default os.environ) that configure a registered engine, sorted by name; names
-    that look like credentials (TOKEN, KEY, SECRET, PASSWORD) are left out."""
+    that look like credentials (SECRET_NAME: TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL, AUTH) are left out."""
     env = os.environ if environ is None else environ
-    prefixes = tuple(p for d in _REGISTRY.values() for p in d.env_prefixes)
+    prefixes = env_prefixes()
     return {k: env[k] for k in sorted(env)
-            if prefixes and k.startswith(prefixes) and not _SECRET.search(k)}
+            if prefixes and k.startswith(prefixes) and not SECRET_NAME.search(k)}
 
 
 def normalize_dtype(value: Any, engine: str | None = None) -> str:

@@ -4,7 +4,8 @@ The public pieces are named in `__all__` and importable from here; the submodule
 
 * `model`: `Report`, `CellRecord`, `FindingRecord` (frozen data and the JSON form), `ReportError`;
 * `validate`: the checks `load_report` applies to what it reads; `io`: `load_report` and the atomic writes;
-* `html`, `markdown`, `junit`: renderers, each a function of a `Report` (`html_assets` holds the page's CSS/JS);
+* `html`, `markdown`, `junit`: renderers, each a function of a `Report` (`html_assets`: the page's CSS/JS;
+  `html_runners`, `figures`, `charts`: its runner headers, cell states and figures, SVG charts);
 * `merge`: several runners' reports into one matrix; `diff`: a report against a baseline (the CI gate);
 * `collector`: builds the run's report inside pytest; `cli`: `gpucompat report | merge | diff`.
 

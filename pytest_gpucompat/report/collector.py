@@ -202,7 +202,7 @@ class ReportCollector:
             gpu = data.pop("gpu", None)
             data["extra"] = {k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}
             cells.append(data)
-        fp = self.state.fingerprint.to_dict()
+        fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
         if self.worker_fingerprints:
             fp["workers"] = self.worker_fingerprints
         return Report.from_run(fp, cells, interrupted=self.interrupted or partial, exitstatus=exitstatus)
@@ -302,10 +302,11 @@ class ReportCollector:
         counts: dict[str, int] = {}
         for c in cells:
             counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
-        tr.write_line(
-            f"{len(cells)} cells on {self.state.fingerprint.summary()}: "
-            + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        )
+        where = self.state.fingerprint.summary()
+        labels = self.state.what_if_labels()
+        if labels:
+            where = f"what-if {labels['what_if']} ({where}), ran on {labels['host']}"
+        tr.write_line(f"{len(cells)} cells on {where}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
         for c in cells:
             refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
                        and f["severity"] == "broken"]

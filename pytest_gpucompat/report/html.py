@@ -12,58 +12,21 @@ are in `html_assets.py`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from html import escape
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
+from .charts import charts_section
 from .diff import stale_rules
+from .figures import STATES, cell_state, key_figures, rule_of
 from .html_assets import CSS, JS, JS_ERRORS
+from .html_runners import abbreviated, e, fingerprint_card, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
-from .model import OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report
-from .text import engine_versions, gpu_summary, one_line, plain, stack_summary
+from .model import SEVERITIES, CellRecord, FindingRecord, Report
+from .text import gpu_summary, one_line, plain
 
-CELL_WORDS: dict[str, str] = {
-    "passed": "passed",
-    "failed": "failed",
-    "xfailed": "xfail",
-    "xpassed": "XPASS",
-    "skipped": "skipped",
-    "error": "error",
-    "not-covered": "not covered",
-}
-
-_FINGERPRINT_KEYS = (
-    "driver",
-    "cuda_driver",
-    "cuda_runtime",
-    "interconnect",
-    "os",
-    "libc",
-    "python",
-    "container",
-    "cuda_visible_devices",
-    "params",
-    "schema",
-)
-_GPU_COLUMNS = (
-    "index",
-    "name",
-    "architecture",
-    "compute_capability",
-    "memory_mib",
-    "pcie_generation",
-    "pcie_width",
-    "ecc",
-    "mig",
-    "persistence",
-    "vbios",
-    "uuid",
-)
-
-
-def e(value: Any) -> str:
-    """Escape for HTML text and attribute values alike."""
-    return escape("" if value is None else str(value), quote=True)
+CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
+_PARAM_CHARS = 30  # a longer parameter value is cut, with the whole of it on hover
 
 
 def _json_for_script(data: Any) -> str:
@@ -83,43 +46,59 @@ def _short_test(test: str) -> tuple[str, str]:
     return path, func or test
 
 
+def _state_counts(report: Report) -> Counter[str]:
+    return Counter(cell_state(c) for c in report.cells)
+
+
 # --- sections ------------------------------------------------------------------------------------------------------
+
+
+def _claims(report: Report) -> int:
+    return len({f.id for c in report.cells for f in c.findings if f.unconfirmed})
 
 
 def _summary_bar(report: Report) -> str:
     summary = report.summary
     total = summary["cells"] or 1
+    counts = _state_counts(report)
     segments = []
     legend = []
-    for outcome in OUTCOMES:
-        n = summary["outcomes"][outcome]
+    for state, (_word, text) in STATES.items():
+        n = counts[state]
         if n:
             pct = n / total * 100
-            segments.append(f'<span class="seg o-{outcome}" style="width:{pct:.3f}%" title="{e(outcome)}: {n}"></span>')
-        legend.append(
-            f'<li class="{"" if n else "zero"}"><span class="swatch o-{outcome}"></span>{e(outcome)} <b>{n}</b></li>'
-        )
+            segments.append(f'<span class="seg s-{state}" style="width:{pct:.3f}%" title="{e(text)}: {n}"></span>')
+        legend.append(f'<li class="{"" if n else "zero"}" data-state="{state}"><span class="swatch s-{state}"></span>'
+                      f"{e(text)} <b>{n}</b></li>")
+    claims = _claims(report)
+    legend.append(f'<li class="{"" if claims else "zero"}"><span class="swatch s-claim"></span>'
+                  f'<a href="#unconfirmed">unconfirmed claims</a> <b>{claims}</b> <span class="muted">(folded below; '
+                  "never colour a cell)</span></li>")
     uncovered = summary["uncovered"]
     facts = (
         f'<p class="facts"><b>{summary["cells"]}</b> cells · <b>{summary["nodeids"]}</b> test items · '
         f"<b>{summary['runners']}</b> runner{'s' if summary['runners'] != 1 else ''}"
         + (f' · <a href="#uncovered"><b>{uncovered}</b> covered by no runner</a>' if uncovered else "")
-        + "</p>"
+        + ' · <a href="#charts">charts</a> · <a href="#runners">runners</a></p>'
     )
+    figures = ('<p class="muted figlegend">Figures in cells: <span class="fig m-good">within half the limit</span> '
+               '<span class="fig m-near">within the limit</span> <span class="fig m-over">over the limit</span> '
+               '<span class="fig m-plain">no limit (throughput)</span>; hover a figure for its limit.</p>')
     return (
         '<section class="summary" aria-label="Summary">'
         + facts
-        + f'<div class="bar" role="img" aria-label="outcome counts">{"".join(segments)}</div>'
-        + f'<ul class="legend">{"".join(legend)}</ul></section>'
+        + f'<div class="bar" role="img" aria-label="counts per state">{"".join(segments)}</div>'
+        + f'<ul class="legend" id="legend">{"".join(legend)}</ul>{figures}</section>'
     )
 
 
 def _filters(report: Report) -> str:
-    counts = report.summary["outcomes"]
+    counts = _state_counts(report)
     boxes = "".join(
-        f'<label class="chk"><input type="checkbox" name="outcome" value="{e(o)}" checked>'
-        f'<span class="swatch o-{o}"></span>{e(o)} <span class="n">{counts[o]}</span></label>'
-        for o in OUTCOMES
+        f'<label class="chk" title="{e(text)}"><input type="checkbox" name="state" value="{e(state)}" checked>'
+        f'<span class="swatch s-{state}"></span>{e(word)} <span class="n">{counts[state]}</span></label>'
+        for state, (word, text) in STATES.items()
+        if counts[state]
     )
     engines = sorted({c.engine for c in report.cells if c.engine})
     options = "".join(f'<option value="{e(x)}">{e(x)}</option>' for x in engines)
@@ -127,50 +106,60 @@ def _filters(report: Report) -> str:
         '<section class="filters" aria-label="Filters">'
         '<input type="search" id="f-text" placeholder="Filter: test, param, runner, rule id, reason…" '
         'aria-label="text filter" autocomplete="off">'
-        f'<div class="outcomes" role="group" aria-label="outcomes">{boxes}</div>'
+        f'<div class="outcomes" role="group" aria-label="states">{boxes}</div>'
         f'<select id="f-engine" aria-label="engine"><option value="">all engines</option>{options}</select>'
         '<span id="f-count" class="muted"></span></section>'
     )
 
 
-def _runner_header(index: int, name: str, fingerprint: Mapping[str, Any], counts: Mapping[str, int]) -> str:
-    versions = " · ".join(f"{k} {v}" for k, v in engine_versions(fingerprint))
-    tally = [f'<span class="ok">{counts.get("passed", 0)} passed</span>']
-    tally += [f'<span class="bad">{counts[o]} {o}</span>' for o in ("failed", "error") if counts.get(o)]
-    return (
-        f'<th scope="col" class="runner"><a class="rname" href="#runner-{index}">{e(name)}</a>'
-        f'<div class="gpu">{e(gpu_summary(fingerprint))}</div>'
-        f'<div class="sw">{e(stack_summary(fingerprint))}</div>'
-        + (f'<div class="pk">{e(versions)}</div>' if versions else "")
-        + f'<div class="rc">{" · ".join(tally)}</div></th>'
-    )
+def _chip(key: str, value: Any) -> str:
+    return f'<span class="param">{e(key)}=<b>{abbreviated(plain(value), _PARAM_CHARS)}</b></span>'
 
 
-def _row_header(cell: CellRecord) -> str:
+def _shared_params(cells: list[CellRecord]) -> dict[str, Any]:
+    """The parameters every cell of a test group has, with one value: shown once in the group's header."""
+    if len(cells) < 2:
+        return {}
+    first = cells[0].params
+    return {k: v for k, v in first.items() if all(k in c.params and c.params[k] == v for c in cells[1:])}
+
+
+def _row_header(cell: CellRecord, shared: Mapping[str, Any]) -> str:
     chips = []
     if cell.engine:
         chips.append(f'<span class="engine">{e(cell.engine)}</span>')
-    chips.extend(f'<span class="param">{e(k)}=<b>{e(plain(v))}</b></span>' for k, v in cell.params.items())
-    chips.extend(f'<span class="axis">{e(k)} {e(plain(v))}</span>' for k, v in cell.axes.items())
+    chips.extend(_chip(k, v) for k, v in cell.params.items() if k not in shared)
+    chips.extend(
+        f'<span class="axis">{e(k)} {abbreviated(plain(v), _PARAM_CHARS)}</span>' for k, v in cell.axes.items()
+    )
     if not chips:
         _, sep, ident = cell.nodeid.partition("[")
-        chips.append(f'<span class="param">{e("[" + ident if sep else "(no parameters)")}</span>')
+        chips.append(f'<span class="param">{abbreviated("[" + ident if sep else "(no parameters)", 40)}</span>')
     return f'<th scope="row" class="rowhead" title="{e(cell.nodeid)}">{"".join(chips)}</th>'
 
 
 def _search_text(row: Mapping[str, CellRecord]) -> str:
     parts: list[str] = []
     for cell in row.values():
-        parts += [cell.nodeid, cell.engine or "", cell.runner, cell.outcome, one_line(cell.reason, 400)]
+        parts += [cell.nodeid, cell.engine or "", cell.runner, cell.outcome, cell_state(cell)]
+        parts += [one_line(cell.reason, 400)]
         parts += [f"{k}={plain(v)}" for k, v in cell.params.items()]
         parts += [f"{k} {plain(v)}" for k, v in cell.axes.items()]
         parts += list(cell.rules) + [f.id for f in cell.findings]
     return " ".join(dict.fromkeys(p for p in parts if p)).lower()
 
 
-def _cell_td(cell: CellRecord | None, index: int | None) -> str:
+def _figures_html(cell: CellRecord) -> str:
+    return "".join(
+        f'<span class="fig m-{f.margin}" data-metric="{e(f.key.metric)}" title="{e(f.title)}">{e(f.text)}</span>'
+        for f in key_figures(cell)
+    )
+
+
+def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> str:
     if cell is None or index is None:
         return '<td class="cell o-missing" title="this runner has no such cell">–</td>'
+    state = cell_state(cell)
     marks = []
     evidence = [f for f in cell.findings if not f.unconfirmed]  # unconfirmed claims never colour a cell
     if evidence:
@@ -179,15 +168,33 @@ def _cell_td(cell: CellRecord | None, index: int | None) -> str:
             key=lambda s: SEVERITIES.index(s) if s in SEVERITIES else len(SEVERITIES),
         )
         marks.append(f'<span class="mark sev-{e(worst)}" title="{len(evidence)} finding(s)">{len(evidence)}</span>')
+    rule = rule_of(cell) if state in ("known-bad", "too-big") else None
     duration = f"{cell.duration_s:.1f} s" if cell.duration_s is not None and cell.ran else ""
-    title = f"{cell.runner}: {cell.outcome}" + (f" — {one_line(cell.reason, 160)}" if cell.reason else "")
+    title = f"{cell.runner}: {STATES[state][1]}" + (f" — {one_line(cell.reason, 160)}" if cell.reason else "")
+    if duration:
+        title += f" ({duration})"
+    ran_on = host if host and cell.ran else None
     return (
-        f'<td class="cell o-{cell.outcome}" data-cell="{index}" data-outcome="{e(cell.outcome)}" tabindex="0" '
-        f'role="button" aria-label="{e(title)}" title="{e(title)}">'
-        f'<span class="word">{e(CELL_WORDS[cell.outcome])}</span>{"".join(marks)}'
-        + (f'<span class="dur">{e(duration)}</span>' if duration else "")
+        f'<td class="cell o-{cell.outcome}" data-cell="{index}" data-outcome="{e(cell.outcome)}" '
+        f'data-state="{state}" tabindex="0" role="button" aria-label="{e(title)}" title="{e(title)}">'
+        f'<span class="word">{e(CELL_WORDS[state])}</span>{"".join(marks)}'
+        + (f'<span class="rule-id">{abbreviated(rule, 26)}</span>' if rule else "")
+        + _figures_html(cell)
+        + (f'<span class="ranon">ran on {abbreviated(ran_on, 22)}</span>' if ran_on else "")
         + "</td>"
     )
+
+
+def _group_rows(rows: list[tuple[str, dict[str, CellRecord]]]) -> list[list[dict[str, CellRecord]]]:
+    groups: list[list[dict[str, CellRecord]]] = []
+    current = None
+    for _nodeid, row in rows:
+        test = next(iter(row.values())).test
+        if test != current:
+            current = test
+            groups.append([])
+        groups[-1].append(row)
+    return groups
 
 
 def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
@@ -197,25 +204,31 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
         return '<p class="empty">No gpucompat cells in this report.</p>'
     summary = report.summary["per_runner"]
     head = "".join(
-        _runner_header(i, name, report.runners[name], summary.get(name, {})) for i, name in enumerate(runners)
+        runner_header(i, name, report.runners[name], summary.get(name, {})) for i, name in enumerate(runners)
     )
+    hosts = {name: found[1] for name, fp in report.runners.items() if (found := what_if_of(fp))}
     body: list[str] = []
-    current_test = None
-    for _nodeid, row in rows:
-        any_cell = next(iter(row.values()))
-        if any_cell.test != current_test:
-            current_test = any_cell.test
-            path, func = _short_test(current_test)
-            body.append(
-                f'<tr class="group"><th colspan="{len(runners) + 1}" scope="rowgroup">'
-                f'<span class="func">{e(func)}</span> <span class="path">{e(path)}</span></th></tr>'
-            )
-        outcomes = " ".join(sorted({c.outcome for c in row.values()}))
-        tds = "".join(_cell_td(row.get(name), index_of.get(id(row[name])) if name in row else None) for name in runners)
+    for group in _group_rows(rows):
+        firsts = [next(iter(row.values())) for row in group]
+        shared = _shared_params(firsts)
+        path, func = _short_test(firsts[0].test)
+        chips = "".join(_chip(k, v) for k, v in shared.items())
         body.append(
-            f'<tr class="row" data-engine="{e(any_cell.engine or "")}" data-outcomes="{e(outcomes)}" '
-            f'data-search="{e(_search_text(row))}">{_row_header(any_cell)}{tds}</tr>'
+            f'<tr class="group"><th colspan="{len(runners) + 1}" scope="rowgroup">'
+            f'<span class="func">{e(func)}</span> <span class="path">{e(path)}</span>'
+            + (f'<span class="shared"><span class="muted">every row:</span> {chips}</span>' if chips else "")
+            + "</th></tr>"
         )
+        for row, any_cell in zip(group, firsts):
+            states = " ".join(sorted({cell_state(c) for c in row.values()}))
+            tds = "".join(
+                _cell_td(row.get(name), index_of.get(id(row[name])) if name in row else None, hosts.get(name))
+                for name in runners
+            )
+            body.append(
+                f'<tr class="row" data-engine="{e(any_cell.engine or "")}" data-states="{e(states)}" '
+                f'data-search="{e(_search_text(row))}">{_row_header(any_cell, shared)}{tds}</tr>'
+            )
     return (
         '<div class="matrix-wrap"><table class="matrix"><thead><tr>'
         f'<th class="corner" scope="col">test · engine · params</th>{head}</tr></thead>'
@@ -301,65 +314,6 @@ def _uncovered_section(report: Report) -> str:
     )
 
 
-def _kv_rows(pairs: Iterable[tuple[str, Any]]) -> str:
-    return "".join(f"<tr><th>{e(k)}</th><td>{e(plain(v))}</td></tr>" for k, v in pairs)
-
-
-def _fingerprint_card(index: int, name: str, fp: Mapping[str, Any], is_open: bool = False) -> str:
-    parts = [
-        f'<details class="fp" id="runner-{index}"{" open" if is_open else ""}><summary><b>{e(name)}</b>'
-        f'<span class="muted"> · {e(gpu_summary(fp))} · {e(stack_summary(fp))}</span></summary><div class="fp-body">'
-    ]
-    if fp.get("name") not in (None, name):
-        parts.append(f'<p class="muted">Fingerprint name: {e(fp.get("name"))}</p>')
-    reasons = fp.get("reasons") or []
-    if reasons:
-        parts.append(
-            '<div class="reasons"><b>Could not read everything:</b><ul>'
-            + "".join(f"<li>{e(r)}</li>" for r in reasons)
-            + "</ul></div>"
-        )
-    known = [(k, fp[k]) for k in _FINGERPRINT_KEYS if k in fp and fp[k] not in (None, {}, [])]
-    if known:
-        parts.append(f'<table class="kv">{_kv_rows(known)}</table>')
-    gpus = [g for g in fp.get("gpus") or [] if isinstance(g, Mapping)]
-    if gpus:
-        columns = [c for c in _GPU_COLUMNS if any(c in g for g in gpus)]
-        extra_cols = sorted({k for g in gpus for k in g} - set(columns))
-        columns += extra_cols
-        head = "".join(f"<th>{e(c)}</th>" for c in columns)
-        rows = "".join("<tr>" + "".join(f"<td>{e(plain(g.get(c, '')))}</td>" for c in columns) + "</tr>" for g in gpus)
-        parts.append(
-            f'<h4>GPUs</h4><div class="scroll"><table class="grid"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></div>"
-        )
-    links = fp.get("links") or []
-    if links:
-        items = "".join(
-            f"<li>GPU {e(link.get('a'))} ↔ GPU {e(link.get('b'))}: {e(link.get('kind'))} "
-            f'<span class="muted">{e(link.get("path") or "")}</span></li>'
-            if isinstance(link, Mapping)
-            else f"<li>{e(plain(link))}</li>"
-            for link in links
-        )
-        parts.append(f"<h4>Links</h4><ul>{items}</ul>")
-    packages = fp.get("packages") or {}
-    if packages:
-        rows = "".join(
-            f"<tr><th>{e(k)}</th><td>{e(v) if v is not None else '<span class=muted>not installed</span>'}</td></tr>"
-            for k, v in sorted(packages.items())
-        )
-        parts.append(f'<h4>Packages</h4><table class="kv">{rows}</table>')
-    shown = set(_FINGERPRINT_KEYS) | {"name", "gpus", "links", "packages", "reasons"}
-    rest = {k: v for k, v in fp.items() if k not in shown}
-    if rest:
-        parts.append(
-            "<h4>Other fields</h4><pre>" + e(json.dumps(rest, indent=2, ensure_ascii=False, sort_keys=True)) + "</pre>"
-        )
-    parts.append("</div></details>")
-    return "".join(parts)
-
-
 def render_html(report: Report) -> str:
     """The whole page as a string."""
     index_of = {id(cell): i for i, cell in enumerate(report.cells)}
@@ -367,6 +321,7 @@ def render_html(report: Report) -> str:
         "cells": [cell.to_dict() for cell in report.cells],
         "gpus": {name: gpu_summary(fp) for name, fp in report.runners.items()},
         "words": CELL_WORDS,
+        "states": [cell_state(cell) for cell in report.cells],
     }
     summary = report.summary
     meta = [f"created {e(report.created)}", f"pytest-gpucompat {e(report.tool_version)}"]
@@ -378,7 +333,7 @@ def render_html(report: Report) -> str:
     title = f"GPU compatibility report · {summary['cells']} cells · {summary['runners']} runners"
     single = len(report.runners) == 1
     cards = "".join(
-        _fingerprint_card(i, name, fp, is_open=single) for i, (name, fp) in enumerate(report.runners.items())
+        fingerprint_card(i, name, fp, is_open=single) for i, (name, fp) in enumerate(report.runners.items())
     )
     return "".join(
         [
@@ -391,9 +346,11 @@ def render_html(report: Report) -> str:
             '<header class="top"><h1>GPU compatibility matrix</h1>',
             f'<p class="muted">{" · ".join(meta)}</p></header>',
             interrupted,
+            what_if_banner(report.runners),
             _summary_bar(report),
             _filters(report),
             f"<main>{_matrix(report, index_of)}</main>",
+            charts_section(report),
             _uncovered_section(report),
             _findings_section(report),
             _stale_section(report),

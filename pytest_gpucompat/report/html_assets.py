@@ -28,6 +28,17 @@ a{color:#2563eb;text-decoration:none}a:hover{text-decoration:underline}
 .swatch.o-error,.seg.o-error{background:var(--err)}.swatch.o-xfailed,.seg.o-xfailed{background:var(--xf)}
 .swatch.o-xpassed,.seg.o-xpassed{background:var(--xp)}.swatch.o-skipped,.seg.o-skipped{background:#94a3b8}
 .swatch.o-not-covered,.seg.o-not-covered{background:repeating-linear-gradient(45deg,#cbd5e1 0 3px,#f1f5f9 3px 6px)}
+.s-passed{background:var(--pass)}.s-failed{background:var(--fail)}.s-error{background:var(--err)}
+.s-xfailed{background:var(--xf)}.s-xpassed{background:var(--xp)}
+.s-known-bad{background:repeating-linear-gradient(135deg,#ea580c 0 3px,#fdba74 3px 6px)}
+.s-unavailable{background:#94a3b8}.s-too-big{background:#0284c7}
+.s-not-covered{background:repeating-linear-gradient(45deg,#cbd5e1 0 3px,#f1f5f9 3px 6px)}
+.s-claim{background:#e5e7eb;border:1px dashed #6b7280}
+.whatif{background:#f5f3ff;border:1px solid #ddd6fe;color:#4c1d95;padding:8px 12px;border-radius:6px;margin:12px 0}
+.whatif ul{margin:4px 0 0;padding-left:20px}.runner .wi{font-size:11.5px;color:#6d28d9;font-weight:600}
+.chart-box{margin:14px 0;border:1px solid var(--line);border-radius:8px;padding:10px 12px;overflow-x:auto}
+.chart-box figcaption{margin-bottom:8px}.panels{display:flex;flex-wrap:wrap;gap:10px 18px;align-items:flex-start}
+svg.chart{max-width:100%;height:auto;display:block}.chart-legend{margin-top:6px}
 .filters{display:flex;flex-wrap:wrap;align-items:center;gap:10px 18px;padding:10px 12px;background:var(--soft);
 border:1px solid var(--line);border-radius:8px;margin:12px 0}
 #f-text{flex:1 1 260px;min-width:200px;padding:6px 10px;border:1px solid #cbd5e1;border-radius:6px;font:inherit}
@@ -40,27 +51,44 @@ table.matrix{border-collapse:separate;border-spacing:0}
 .matrix thead th{position:sticky;top:0;z-index:2;background:#fff;border-bottom:2px solid var(--line);
 text-align:left;vertical-align:bottom;padding:8px 10px;font-weight:normal}
 .matrix th.corner{left:0;z-index:3;color:var(--muted);font-size:12px}
-.runner{min-width:150px;max-width:240px}.runner .rname{font-weight:600;font-size:14px;color:var(--fg)}
+.runner{min-width:140px;max-width:205px;overflow-wrap:anywhere}
+.runner .rname{font-weight:600;font-size:14px;color:var(--fg)}
 .runner .gpu{font-weight:600;color:#334155;font-size:12.5px}.runner .sw,.runner .pk{font-size:11.5px;color:var(--muted)}
 .runner .rc{font-size:11.5px;margin-top:2px}.rc .ok{color:var(--pass)}.rc .bad{color:var(--fail);font-weight:600}
 tr.group th{background:var(--soft);text-align:left;padding:7px 10px;border-top:1px solid var(--line);
 border-bottom:1px solid var(--line);position:sticky;left:0}
 tr.group .func{font-weight:600}tr.group .path{color:var(--muted);font-size:12px;margin-left:6px}
+tr.group .shared{margin-left:14px;font-weight:normal}tr.group .shared .param{margin-right:8px}
 th.rowhead{position:sticky;left:0;z-index:1;background:#fff;text-align:left;font-weight:normal;padding:5px 10px;
-border-bottom:1px solid var(--line);white-space:nowrap}
+border-bottom:1px solid var(--line);width:380px;min-width:170px;line-height:1.6}
 .engine{display:inline-block;background:#1e293b;color:#fff;border-radius:4px;padding:1px 6px;font-size:12px;
 margin-right:6px}
-.param,.axis{display:inline-block;font-size:12px;margin-right:6px;color:#334155}
+.param,.axis{display:inline-block;font-size:12px;margin-right:6px;color:#334155;white-space:nowrap}
+.abbr{cursor:help;text-decoration:underline dotted #94a3b8}
 .axis{color:#0e7490}
 td.cell{border-bottom:1px solid var(--line);border-left:1px solid #fff;padding:5px 10px;cursor:pointer;
 white-space:nowrap;font-size:13px;font-weight:600;transition:filter .1s}
 td.cell:hover{filter:brightness(.95)}td.cell:focus{outline:2px solid #2563eb;outline-offset:-2px}
 td.cell.selected{outline:3px solid #1d4ed8;outline-offset:-3px}
 td.cell .dur{display:block;font-size:11px;font-weight:normal;opacity:.75}
+td.cell .rule-id{display:block;font-size:10.5px;font-weight:normal;font-family:ui-monospace,Menlo,Consolas,monospace}
+td.cell .ranon{display:block;font-size:10.5px;font-weight:600;color:#6d28d9}
+.fig{display:block;width:fit-content;margin-top:2px;padding:0 5px;border-radius:3px;font-size:11.5px;
+font-variant-numeric:tabular-nums;background:#fff;border-left:3px solid}
+.figlegend .fig{display:inline-block;margin:0 4px}
+.fig.m-good{color:#166534;border-color:#16a34a}.fig.m-near{color:#92400e;background:#fef3c7;border-color:#d97706}
+.fig.m-over{color:#fff;background:#dc2626;border-color:#7f1d1d}.fig.m-plain{color:#334155;border-color:#94a3b8}
 td.cell.dim{opacity:.25}
 .o-passed{background:var(--pass-bg);color:#166534}.o-failed{background:var(--fail-bg);color:#991b1b}
 .o-error{background:#991b1b;color:#fff}.o-xfailed{background:var(--xf-bg);color:#92400e}
 .o-xpassed{background:var(--xp-bg);color:#6b21a8}.o-skipped{background:var(--skip-bg);color:#475569}
+td[data-state=known-bad],.pill[data-state=known-bad]{
+background:repeating-linear-gradient(135deg,#ffedd5 0 6px,#fed7aa 6px 12px);color:#9a3412}
+td[data-state=too-big],.pill[data-state=too-big]{background:#e0f2fe;color:#075985}
+td[data-state=unavailable],.pill[data-state=unavailable]{background:#f1f5f9;color:#475569}
+td[data-state=not-covered],.pill[data-state=not-covered]{
+background:repeating-linear-gradient(45deg,#f8fafc 0 6px,#e2e8f0 6px 12px);
+color:var(--muted);font-weight:normal;font-style:italic}
 td.o-not-covered,.pill.o-not-covered{background:repeating-linear-gradient(45deg,#f8fafc 0 6px,#e2e8f0 6px 12px);
 color:var(--muted);font-weight:normal;font-style:italic}
 td.o-missing{color:#cbd5e1;cursor:default;text-align:center;border-bottom:1px solid var(--line)}
@@ -121,7 +149,7 @@ var body=document.getElementById('detail-body');
 var title=document.getElementById('detail-title');
 var rows=Array.prototype.slice.call(document.querySelectorAll('tr.row'));
 var groups=Array.prototype.slice.call(document.querySelectorAll('tr.group'));
-var boxes=Array.prototype.slice.call(document.querySelectorAll('input[name=outcome]'));
+var boxes=Array.prototype.slice.call(document.querySelectorAll('input[name=state]'));
 var text=document.getElementById('f-text');
 var engine=document.getElementById('f-engine');
 var count=document.getElementById('f-count');
@@ -134,7 +162,8 @@ r.appendChild(el('th',null,k));r.appendChild(el('td',null,plain(obj[k])));});ret
 function add(sectionTitle,node){body.appendChild(el('h3',null,sectionTitle));body.appendChild(node);}
 function show(index,td){var c=cells[index];if(!c)return;
 body.textContent='';title.textContent='';
-title.appendChild(el('span','pill o-'+c.outcome,data.words[c.outcome]||c.outcome));
+var st=data.states[index]||c.outcome;var pill=el('span','pill o-'+c.outcome,data.words[st]||c.outcome);
+pill.setAttribute('data-state',st);title.appendChild(pill);
 title.appendChild(el('span',null,c.test.split('::').pop()));
 var where=el('div','muted',c.runner+(data.gpus[c.runner]?' · '+data.gpus[c.runner]:''));
 where.style.marginTop='8px';body.appendChild(where);
@@ -180,10 +209,10 @@ var want=engine?engine.value:'';var on={};boxes.forEach(function(b){on[b.value]=
 rows.forEach(function(tr){var ok=(!want||tr.getAttribute('data-engine')===want);
 var hay=tr.getAttribute('data-search')||'';
 for(var i=0;ok&&i<words.length;i++){if(hay.indexOf(words[i])<0)ok=false;}
-if(ok){ok=(tr.getAttribute('data-outcomes')||'').split(' ').some(function(o){return on[o];});}
+if(ok){ok=(tr.getAttribute('data-states')||'').split(' ').some(function(o){return on[o];});}
 tr.hidden=!ok;if(ok)shown++;
-Array.prototype.forEach.call(tr.querySelectorAll('td[data-outcome]'),function(td){
-td.classList.toggle('dim',!on[td.getAttribute('data-outcome')]);});});
+Array.prototype.forEach.call(tr.querySelectorAll('td[data-state]'),function(td){
+td.classList.toggle('dim',!on[td.getAttribute('data-state')]);});});
 groups.forEach(function(g){var n=g.nextElementSibling;var any=false;
 while(n&&!n.classList.contains('group')){if(!n.hidden){any=true;break;}n=n.nextElementSibling;}g.hidden=!any;});
 if(count)count.textContent=shown+' of '+rows.length+' rows';

@@ -1,7 +1,9 @@
 """GitHub-flavoured Markdown summary of a report, for `$GITHUB_STEP_SUMMARY`, PR comments and terminals.
 
 Status words, no emoji: they survive terminals, grep and screen readers. Everything taken from the report is
-escaped, since a reason or a log line can contain `|`, `<` or backticks.
+escaped, since a reason or a log line can contain `|`, `<` or backticks. Each matrix cell adds its key figures
+(metrics.KEY_FIGURES, worded as the HTML page does: figures.format_value); rows come regressions first; the whole
+summary stays under GitHub's 1 MiB job-summary limit, cutting the matrix with a pointer to the full report.
 """
 
 from __future__ import annotations
@@ -10,10 +12,15 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from ..metrics import KEY_FIGURES
 from .diff import stale_rules
+from .figures import STATES, cell_state, format_value, rule_of
 from .merge import matrix_rows, uncovered_cells
 from .model import OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report
 from .text import engine_versions, format_params, gpu_summary, one_line, stack_summary
+
+#: Engine kernel packages named next to the runners table when a fingerprint has them (fingerprint.TRACKED_PACKAGES).
+KERNEL_PACKAGES: tuple[str, ...] = ("flashinfer-python", "sglang-kernel", "xformers", "flash-attn", "triton")
 
 STATUS_WORDS: dict[str, str] = {
     "passed": "passed",
@@ -77,12 +84,44 @@ def _where(cell: CellRecord) -> str:
     return f"{_code(cell.nodeid)} on **{_text(cell.runner)}**"
 
 
-def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50) -> str:
-    """The whole summary; long matrices and lists are cut at `max_rows` / `max_items` with a note."""
+#: GitHub refuses a step's job summary ($GITHUB_STEP_SUMMARY) larger than this, in bytes.
+GITHUB_SUMMARY_LIMIT = 1024 * 1024
+#: What `render_markdown` stays within by default: under GitHub's limit, with room for what else the step writes.
+MAX_SUMMARY_BYTES = 1_000_000
+_NOTE_BYTES = 400  # kept free for the notes that say what was cut
+
+# Matrix rows, regressions first: a row sorts by its most serious cell (figures.cell_state), then in test order.
+_ROW_RANK = {"failed": 0, "error": 0, "xpassed": 1, "known-bad": 2, "xfailed": 2, "passed": 3}
+_ROW_ORDER = ("Rows with a failed or errored cell first, then XPASS, then known bad (skipped or xfailed), then "
+              "passed; the rest after.")
+
+
+def _size(lines: Iterable[str]) -> int:
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50,
+                    max_bytes: int = MAX_SUMMARY_BYTES) -> str:
+    """The whole summary; long matrices and lists are cut at `max_rows` / `max_items` with a note, and the matrix
+    stops where the summary would pass `max_bytes` (UTF-8): the job summary of a 20,000-cell run still fits."""
+    head = _head(report, max_items)
+    tail = _tail(report, max_items)
+    budget = max_bytes - _size(head) - _size(tail) - _NOTE_BYTES
+    out = head + _matrix(report, max_rows, budget) + tail
+    text = "\n".join(out).rstrip("\n") + "\n"
+    if len(text.encode("utf-8")) <= max_bytes:
+        return text
+    # only a report with thousands of runners or findings gets here: cut at a line, and say so
+    cut = text.encode("utf-8")[: max(0, max_bytes - _NOTE_BYTES)].decode("utf-8", "ignore").rpartition("\n")[0]
+    return f"{cut}\n\n… summary cut at {max_bytes:,} bytes: see the HTML/JSON report.\n"
+
+
+def _head(report: Report, max_items: int) -> list[str]:
     runners = list(report.runners)
     out: list[str] = ["## GPU compatibility report", ""]
     if report.interrupted:
         out += ["> [!WARNING]", "> The run was interrupted: the matrix is incomplete.", ""]
+    out += _what_if_banner(report)
     out += [_counts_line(report), ""]
     exit_part = "" if report.exitstatus is None else f", pytest exit status {report.exitstatus}"
     out += [f"Created {_text(report.created)} by pytest-gpucompat {_text(report.tool_version)}{exit_part}.", ""]
@@ -113,28 +152,98 @@ def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50)
         ],
     )
     out.append("")
+    out += _environment_lines(report, max_items)
+    return out
 
+
+def _what_if_banner(report: Report) -> list[str]:
+    """`What-if: evaluated against FILE; cells ran on HOST` for each runner whose fingerprint came from a file."""
+    lines = []
+    for name, fp in report.runners.items():
+        if not fp.get("what_if"):
+            continue
+        whose = f" for runner **{_text(name)}**" if len(report.runners) > 1 else ""
+        host = _text(fp.get("host") or "an unnamed machine")
+        lines.append(f"> What-if: evaluated against {_code(fp['what_if'])}{whose}; cells ran on {host}.")
+    if not lines:
+        return []
+    note = ("> Cells marked *(ran)* really ran there; the others were decided from the what-if fingerprint "
+            "(skipped, not covered).")
+    return ["> [!NOTE]", *[x for line in lines for x in (line, ">")], note, ""]
+
+
+def _environment_lines(report: Report, max_items: int) -> list[str]:
+    """Per runner: kernel packages beyond the engines, and the engine environment (the fingerprint's `env`)."""
+    out = []
+    for name, fp in report.runners.items():
+        packages = fp.get("packages") or {}
+        kernels = [f"{k} {packages[k]}" for k in KERNEL_PACKAGES if packages.get(k)]
+        env = fp.get("env") or {}
+        if not kernels and not env:
+            continue
+        parts = [f"kernels {_text(', '.join(kernels))}"] if kernels else []
+        if env:
+            items = [_code(f"{k}={v}") for k, v in list(env.items())[:max_items]]
+            more = f" and {len(env) - max_items} more" if len(env) > max_items else ""
+            parts.append(f"environment {', '.join(items)}{more}")
+        out.append(f"- **{_text(name)}**: " + "; ".join(parts))
+    return out + [""] if out else []
+
+
+def _cell_text(cell: CellRecord, what_if: bool) -> str:
+    """A runner's column of a matrix row: status word, *(ran)* in a what-if run, the key figures it recorded."""
+    word = STATUS_WORDS[cell.outcome]
+    state = cell_state(cell)
+    if state in ("known-bad", "too-big"):  # a skip a rule decided: say so, and which rule
+        rule = rule_of(cell)
+        word = STATES[state][0] + (f" ({_code(rule, table=True)})" if rule else "")
+    if what_if and cell.ran:
+        word += " *(ran)*"
+    figures = [format_value(key.metric, float(cell.metrics[key.metric]))
+               for key in KEY_FIGURES if cell.metrics.get(key.metric) is not None]
+    return f"{word}: {_text(', '.join(figures))}" if figures else word
+
+
+def _row_rank(row: dict[str, CellRecord]) -> int:
+    return min(_ROW_RANK.get(cell_state(cell), 4) for cell in row.values())
+
+
+def _matrix(report: Report, max_rows: int, budget: int) -> list[str]:
+    runners = list(report.runners)
     rows = matrix_rows(report)
-    out += ["### Matrix", ""]
+    out = ["### Matrix", ""]
     if not rows:
-        out += ["No gpucompat cells in this report.", ""]
-    else:
-        table_rows = []
-        for _nodeid, row in rows[:max_rows]:
-            any_cell = next(iter(row.values()))
-            table_rows.append(
-                [
-                    _code(_short_test(any_cell.test), table=True),
-                    _text(any_cell.engine or "-"),
-                    _code(format_params(any_cell.params), table=True) if any_cell.params else "",
-                    *(STATUS_WORDS[row[r].outcome] if r in row else "-" for r in runners),
-                ]
-            )
-        out += _table(["Test", "Engine", "Params", *(_text(r) for r in runners)], table_rows)
-        if len(rows) > max_rows:
-            out.append(f"\n{len(rows) - max_rows} more rows not shown; see the HTML report.")
-        out.append("")
+        return out + ["No gpucompat cells in this report.", ""]
+    what_if = {name for name, fp in report.runners.items() if fp.get("what_if")}
+    rows = sorted(rows, key=lambda item: _row_rank(item[1]))  # stable: test order within a rank
+    lines = _table(["Test", "Engine", "Params", *(_text(r) for r in runners)], [])
+    out += [_ROW_ORDER, ""]
+    used = _size(out) + _size(lines)
+    shown = 0
+    for _nodeid, row in rows[:max_rows]:
+        any_cell = next(iter(row.values()))
+        line = "| " + " | ".join([
+            _code(_short_test(any_cell.test), table=True),
+            _text(any_cell.engine or "-"),
+            _code(format_params(any_cell.params), table=True) if any_cell.params else "",
+            *(_cell_text(row[r], r in what_if) if r in row else "-" for r in runners),
+        ]) + " |"
+        used += len(line.encode("utf-8")) + 1
+        if used > budget:
+            break
+        lines.append(line)
+        shown += 1
+    out += lines if shown else []
+    if shown < len(rows):
+        left = sum(len(row) for _, row in rows[shown:])
+        out.append(f"\n… {left:,} more cell{'s' if left != 1 else ''} ({len(rows) - shown:,} of {len(rows):,} rows) "
+                   "not shown: see the HTML/JSON report.")
+    out.append("")
+    return out
 
+
+def _tail(report: Report, max_items: int) -> list[str]:
+    out: list[str] = []
     failures = [c for c in report.cells if c.outcome in ("failed", "error")]
     if failures:
         out += [f"### Failures ({len(failures)})", ""]
@@ -156,7 +265,7 @@ def render_markdown(report: Report, *, max_rows: int = 300, max_items: int = 50)
         if len(uncovered) > max_items:
             out.append(f"- … and {len(uncovered) - max_items} more")
         out.append("")
-    return "\n".join(out).rstrip("\n") + "\n"
+    return out
 
 
 def _findings_section(report: Report, max_items: int) -> list[str]:

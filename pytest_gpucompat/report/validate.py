@@ -103,6 +103,11 @@ def _check_fingerprint(fp: Any, path: str) -> None:
     _optional(fp, path, "packages", "object")
     for name, version in (fp.get("packages") or {}).items():
         _type(version, _child(_child(path, "packages"), name), "string", "null")
+    _optional(fp, path, "env", "object")
+    for name, value in (fp.get("env") or {}).items():
+        _type(value, _child(_child(path, "env"), name), "string")
+    _optional(fp, path, "what_if", "string")
+    _optional(fp, path, "host", "string")
     _optional(fp, path, "reasons", "array")
     for i, reason in enumerate(fp.get("reasons") or ()):
         _type(reason, _child(_child(path, "reasons"), i), "string")

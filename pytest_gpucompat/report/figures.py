@@ -1,0 +1,183 @@
+"""What a matrix cell says at a glance: its state (an outcome, skips told apart by why) and its key figures.
+
+A skipped cell is one of four states, told apart by the start of its reason (the plugin writes them):
+`known bad here: [rule] ...` (a rule says it crashes or hangs here), `cannot run here: [rule] ...` (too big for
+this runner), `not covered here ...` (another runner's cell); any other skip is *unavailable* (engine not installed,
+no GPU). A key figure (metrics.KEY_FIGURES) is coloured by its margin to its limit: the dtype's threshold from
+matrices/thresholds.yaml, or the memory suite's leak tolerance; throughput is shown plain. Pure: no page markup.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..metrics import KEY_FIGURES, METRICS, KeyFigure
+from .model import CellRecord
+
+#: state -> (word in a cell, legend text). Outcomes first, then the four kinds of skip.
+STATES: dict[str, tuple[str, str]] = {
+    "passed": ("passed", "passed"),
+    "failed": ("failed", "failed"),
+    "error": ("error", "error"),
+    "xfailed": ("xfail", "xfail (known bad, ran)"),
+    "xpassed": ("XPASS", "XPASS (a rule said it fails)"),
+    "known-bad": ("known bad", "skipped: known bad (rule)"),
+    "unavailable": ("unavailable", "skipped: unavailable (not installed, no GPU)"),
+    "too-big": ("cannot run", "cannot run here (too big)"),
+    "not-covered": ("not covered", "not covered here (another runner's cell)"),
+}
+#: The outcomes where the runner really ran the cell (a what-if run marks them "ran on <host>").
+_RULE = re.compile(r"\[([^\]\s]+)\]")
+
+
+def cell_state(cell: CellRecord) -> str:
+    """The cell's state: its outcome, or for a skipped cell the kind of skip."""
+    if cell.outcome == "not-covered":
+        return "not-covered"
+    if cell.outcome != "skipped":
+        return cell.outcome
+    reason = (cell.reason or "").lstrip()
+    if reason.startswith("known bad here"):
+        return "known-bad"
+    if reason.startswith("cannot run here"):
+        return "too-big"
+    if reason.startswith("not covered here"):
+        return "not-covered"
+    return "unavailable"
+
+
+def rule_of(cell: CellRecord) -> str | None:
+    """The rule id a known-bad or too-big skip names (`[rule-id]` in its reason)."""
+    found = _RULE.search(cell.reason or "")
+    return found.group(1) if found else None
+
+
+# --- key figures ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One key figure of one cell: its value, its limit (None: plain) and how much of the limit it uses."""
+
+    key: KeyFigure
+    value: float
+    limit: float | None = None
+    limit_from: str = ""  # "bfloat16", "leak tolerance (nvml_process_mib)"
+    used: float | None = None  # share of the limit used: <= 1 within it
+
+    @property
+    def margin(self) -> str:
+        """`plain`, `good` (at most half the limit), `near` (within it) or `over`."""
+        if self.used is None:
+            return "plain"
+        return "good" if self.used <= 0.5 else "near" if self.used <= 1.0 else "over"
+
+    @property
+    def text(self) -> str:
+        return format_value(self.key.metric, self.value)
+
+    @property
+    def title(self) -> str:
+        unit = METRICS[self.key.metric].unit if self.key.metric in METRICS else ""
+        text = f"{self.key.label}: {self.value:.6g} {unit}".rstrip()
+        if self.limit is not None and self.used is not None:
+            bound = "at most" if _lower_is_better(self.key) else "at least"
+            text += f" · limit {bound} {self.limit:g} ({self.limit_from}) · {self.used * 100:.0f} % of the allowance"
+        return text
+
+
+def _lower_is_better(key: KeyFigure) -> bool:
+    metric = METRICS.get(key.metric)
+    return metric is None or metric.better != "higher"
+
+
+def format_value(metric: str, value: float) -> str:
+    """Short text for a matrix cell: `0.121`, `98 %`, `0.99998`, `812 tok/s`, `12 ms`, `+0.03 MiB/cycle`."""
+    if metric == "token_agreement":
+        return f"agree {value * 100:.0f} %"
+    if metric == "min_cosine":
+        gap = 1.0 - value
+        digits = 3 if gap <= 0 else min(8, max(3, 1 - math.floor(math.log10(gap))))
+        return f"cos {value:.{digits}f}"
+    if metric == "tokens_per_s":
+        return f"{value:,.0f} tok/s" if value >= 100 else f"{value:.3g} tok/s"
+    if metric == "ttft_s":
+        return f"TTFT {value * 1000:.3g} ms" if value < 1 else f"TTFT {value:.3g} s"
+    if metric == "leak_mib_per_cycle":
+        return f"{value:+.2g} MiB/cycle"
+    if metric == "max_abs_logprob_delta":
+        return f"Δlp {value:.3g}"
+    return f"{value:.4g}"
+
+
+def threshold_dtype(cell: CellRecord) -> str | None:
+    """The thresholds.yaml dtype a precision cell was judged with (as suites/test_precision.py picks it)."""
+    kv = cell.params.get("kv_cache_dtype")
+    if kv not in (None, "auto"):
+        return "fp8"
+    dtype = cell.params.get("dtype")
+    return None if dtype in (None, "auto") else str(dtype)
+
+
+@lru_cache(maxsize=64)
+def _dtype_thresholds(dtype: str) -> Mapping[str, Any] | None:
+    from ..checks.compare import thresholds_for  # the loaded table; the report layer itself needs no engines
+
+    try:
+        return thresholds_for(dtype)
+    except ValueError:
+        return None
+
+
+def _leak_tolerance(cell: CellRecord) -> tuple[float, str] | None:
+    from ..checks.memory import DEFAULT_THRESHOLD_MIB_PER_CYCLE
+
+    on_gpu = cell.metrics.get("nvml_process_mib_after_last_cycle") is not None or any(
+        v is not None for v in cell.series.get("nvml_process_mib", ())
+    )
+    source = "nvml_process_mib" if on_gpu else "host_rss_mib"  # what the memory suite judges the leak on
+    tolerance = DEFAULT_THRESHOLD_MIB_PER_CYCLE.get(source)
+    return None if tolerance is None else (float(tolerance), f"leak tolerance of {source}")
+
+
+def limit_of(key: KeyFigure, cell: CellRecord) -> tuple[float, str] | None:
+    """The limit a cell's figure is held to, and where it comes from; None where it has none."""
+    if key.limit == "leak":
+        return _leak_tolerance(cell)
+    if key.limit and key.limit.startswith("thresholds:"):
+        dtype = threshold_dtype(cell)
+        table = _dtype_thresholds(dtype) if dtype else None
+        value = (table or {}).get(key.limit.partition(":")[2])
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), str(dtype)
+    return None
+
+
+def _used(key: KeyFigure, value: float, limit: float) -> float | None:
+    """Share of the allowance used. A higher-is-better fraction (agreement, cosine) is measured from 1."""
+    if _lower_is_better(key):
+        return value / limit if limit > 0 else (0.0 if value <= 0 else math.inf)
+    allowance = 1.0 - limit
+    gap = 1.0 - value
+    return gap / allowance if allowance > 0 else (0.0 if gap <= 0 else math.inf)
+
+
+def key_figures(cell: CellRecord) -> list[Figure]:
+    """The cell's key figures it recorded, in KEY_FIGURES order (none for a cell that did not run)."""
+    out = []
+    for key in KEY_FIGURES:
+        value = cell.metrics.get(key.metric)
+        if value is None:
+            continue
+        found = limit_of(key, cell)
+        if found is None:
+            out.append(Figure(key, float(value)))
+        else:
+            limit, source = found
+            out.append(Figure(key, float(value), limit, source, _used(key, float(value), limit)))
+    return out

@@ -1,0 +1,114 @@
+"""The HTML report without a browser: cell states, key figures against their limits, shared parameters in group
+headers, what-if labels and the inline SVG charts (the browser test checks the same page by element positions)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from _fleet_report import DRIFT, MEMORY, MODEL, RUNNERS, WHAT_IF_FILE, WHAT_IF_HOST, WHAT_IF_RUNNER, fleet_report
+
+from pytest_gpucompat.checks.compare import thresholds_for
+from pytest_gpucompat.metrics import KEY_FIGURES, METRICS
+from pytest_gpucompat.report.charts import charts_section
+from pytest_gpucompat.report.figures import STATES, cell_state, key_figures, rule_of
+from pytest_gpucompat.report.html import render_html
+from pytest_gpucompat.report.model import CellRecord, Report
+
+
+def _cell(**kw: object) -> CellRecord:
+    return CellRecord.from_dict({"nodeid": "suites/t.py::t[x]", "runner": "r", "outcome": "passed", **kw})
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason", "state"),
+    [
+        ("skipped", "known bad here: [vllm-fp8-kv] FP8 KV cache crashes (upstream)", "known-bad"),
+        ("skipped", "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 1 visible", "too-big"),
+        ("skipped", "not covered here: vllm 0.27.*", "not-covered"),
+        ("skipped", "sglang unavailable: sglang is not importable", "unavailable"),
+        ("skipped", "no GPU visible", "unavailable"),
+        ("not-covered", "covered by another runner", "not-covered"),
+        ("xfailed", "known bad here: [x] wrong output", "xfailed"),
+        ("error", None, "error"),
+    ],
+)
+def test_cell_states(outcome: str, reason: str | None, state: str) -> None:
+    cell = _cell(outcome=outcome, reason=reason)
+    assert cell_state(cell) == state and state in STATES
+    if state in ("known-bad", "too-big"):
+        assert rule_of(cell) in ("vllm-fp8-kv", "needs-gpus")
+
+
+def test_key_figures_are_registered_metrics() -> None:
+    assert all(k.metric in METRICS for k in KEY_FIGURES)
+    assert {k.metric for k in KEY_FIGURES} >= {"max_abs_logprob_delta", "token_agreement", "min_cosine",
+                                                "tokens_per_s", "ttft_s", "leak_mib_per_cycle"}
+
+
+def test_figures_are_held_to_the_dtype_thresholds_and_the_leak_tolerance() -> None:
+    limit = thresholds_for("bfloat16")["max_abs_logprob_delta"]
+    near = _cell(params={"dtype": "bfloat16"}, metrics={"max_abs_logprob_delta": limit * 0.8, "token_agreement": 1.0})
+    delta, agreement = key_figures(near)
+    assert (delta.limit, delta.limit_from, delta.margin) == (limit, "bfloat16", "near")
+    assert agreement.margin == "good" and agreement.limit == thresholds_for("bfloat16")["min_token_agreement"]
+    fp8 = _cell(params={"dtype": "bfloat16", "kv_cache_dtype": "fp8_e4m3"}, metrics={"max_abs_logprob_delta": 0.9})
+    assert key_figures(fp8)[0].limit == thresholds_for("fp8")["max_abs_logprob_delta"]
+    cosine = _cell(params={"dtype": "float16"}, metrics={"min_cosine": 0.99})
+    assert key_figures(cosine)[0].margin == "over"
+    auto = _cell(params={"dtype": "auto"}, metrics={"max_abs_logprob_delta": 0.1})
+    assert key_figures(auto)[0].margin == "plain"  # no dtype, no threshold: shown without a colour
+    smoke = _cell(metrics={"tokens_per_s": 812.3, "ttft_s": 0.012})
+    assert [(f.text, f.margin) for f in key_figures(smoke)] == [("812 tok/s", "plain"), ("TTFT 12 ms", "plain")]
+    gpu_leak = _cell(metrics={"leak_mib_per_cycle": 2.0, "nvml_process_mib_after_last_cycle": 900.0})
+    assert key_figures(gpu_leak)[0].margin == "over" and "nvml_process_mib" in key_figures(gpu_leak)[0].title
+    cpu_leak = _cell(metrics={"leak_mib_per_cycle": 0.2})
+    assert key_figures(cpu_leak)[0].margin == "near"  # judged on host RSS, whose tolerance is 0.25
+
+
+def test_matrix_cells_show_states_figures_and_shared_parameters() -> None:
+    report = fleet_report()
+    page = render_html(report)
+    for state in STATES:
+        assert f'data-state="{state}"' in page
+    # The model path every row of a group shares is in the group header once, cut, whole on hover.
+    assert page.count('<span class="shared">') == 4
+    assert f'title="{MODEL}"' in page
+    assert page.count("model=<b>") == 4
+    figures = [f for c in report.cells for f in key_figures(c)]
+    assert page.count('data-metric="') == len(figures)
+    assert page.count('class="fig m-over" data-metric') == sum(1 for f in figures if f.margin == "over")
+    assert 'data-metric="tokens_per_s"' in page and "known bad" in page
+
+
+def test_what_if_banner_and_ran_on_labels() -> None:
+    report = fleet_report()
+    page = render_html(report)
+    banner = re.search(r'<section class="whatif".*?</section>', page, re.S)
+    assert banner is not None and WHAT_IF_FILE in banner.group(0) and WHAT_IF_HOST in banner.group(0)
+    ran = [c for c in report.cells if c.runner == WHAT_IF_RUNNER and c.ran]
+    assert page.count('<span class="ranon">') == len(ran) > 0
+    plain = Report.from_run({"name": "r"}, [{"nodeid": "t.py::t[a]", "outcome": "passed"}])
+    assert 'class="whatif"' not in render_html(plain) and 'class="ranon"' not in render_html(plain)
+
+
+def test_charts_count_their_series_and_points() -> None:
+    report = fleet_report()
+    section = charts_section(report)
+    charts = dict(re.findall(r'<svg class="chart" data-chart="([^"]+)" (data-series="\d+" data-points="\d+")', section))
+    assert set(charts) == {"drift", "memory-nvml_process_mib", "memory-nvml_device_used_mib",
+                           "memory-torch_reserved_mib", "memory-host_rss_mib", "tokens_per_s", "start_s"}
+    memory_cells = [c for c in report.cells if c.test == MEMORY and c.series]
+    assert charts["memory-host_rss_mib"] == f'data-series="{len(memory_cells)}" data-points="{len(memory_cells) * 6}"'
+    drift = [c for c in report.cells if c.test == DRIFT and c.metrics.get("max_abs_logprob_delta") is not None]
+    assert f'data-series="{len(RUNNERS)}"' in charts["drift"]
+    assert int(re.search(r'data-points="(\d+)"', charts["drift"]).group(1)) > len(drift)  # and the embeddings
+
+
+def test_charts_escape_names_and_are_left_out_without_data() -> None:
+    evil = Report.from_run({"name": "<b>r</b>"}, [{"nodeid": "t.py::t[a]", "outcome": "passed", "engine": "<i>e</i>",
+                                                  "metrics": {"tokens_per_s": 10.0, "start_s": 2.0}}])
+    section = charts_section(evil)
+    assert "<b>r</b>" not in section and "&lt;b&gt;r&lt;/b&gt;" in section and "<i>e</i>" not in section
+    empty = charts_section(Report.from_run({"name": "r"}, [{"nodeid": "t.py::t[a]", "outcome": "passed"}]))
+    assert "<svg" not in empty and "No figures in this report to chart." in empty
