@@ -1,22 +1,29 @@
 """Memory cycles, run inside a child process so that what they measure belongs to one process alone.
 
 ``create_destroy_cycles`` repeats create -> generate -> destroy of one engine in the same process and
-samples memory after each destroy (PyTorch's CudaMemoryLeakCheck way: settle first, then read);
-``one_process_run`` is one whole engine life in a process that then exits, for measuring what a
-finished process leaves behind on the device (the seeds' "CUDA context leak", claim S55).
+samples memory after each destroy (PyTorch's CudaMemoryLeakCheck way: settle first, then read), as many cycles as
+the policy asks for (more while a signal is undecided); every process the engine starts is marked as ours, so a
+helper left running is found wherever it was re-parented, named in the result, and stopped at the end.
+``one_process_run`` is one whole engine life in a process that then exits, for measuring what a finished process
+leaves behind on the device (the seeds' "CUDA context leak", claim S55).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..engines import create
 from ..engines.base import EngineSpec
+from ..engines.processes import start_time
+from .leaks import CyclePolicy
 from .memory import MemorySample, settle
+from .ownership import Scope, command_line, is_zombie, owned_pids, owner_scope, rss_mib
 
 
 def _device_index(spec: EngineSpec) -> int | None:
@@ -32,32 +39,66 @@ def _device_index(spec: EngineSpec) -> int | None:
         return 0 if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") else None
 
 
+def left_running(scope: Scope) -> list[dict[str, Any]]:
+    """The processes started under the scope that still run: pid, start time, command and host memory."""
+    return [{"pid": pid, "start": start_time(pid), "command": command_line(pid), "rss_mib": rss_mib(pid)}
+            for pid in owned_pids(scope)]
+
+
+def _same(proc: dict[str, Any]) -> bool:
+    return proc["start"] is not None and start_time(proc["pid"]) == proc["start"] and not is_zombie(proc["pid"])
+
+
+def stop_left_running(found: Sequence[dict[str, Any]], wait_s: float = 5.0) -> None:
+    """Kill what the cycles left running, each only if it is still the process we found (same start time), and
+    wait until they are gone, so that the next measurement does not see their memory."""
+    for proc in found:
+        if _same(proc):
+            with contextlib.suppress(OSError):
+                os.kill(proc["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while any(_same(p) for p in found) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def create_destroy_cycles(
     spec: EngineSpec,
-    cycles: int,
+    cycles: int | CyclePolicy,
     prompts: Sequence[Sequence[int]],
     max_tokens: int,
     on_cycle: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Samples before the first engine (cycle 0) and after each destroy (cycles 1..N), as plain dicts.
+    """Samples before the first engine (cycle 0) and after each destroy (cycles 1..N), as plain dicts; the last
+    row also lists the processes left running (`left_running`).
 
-    ``on_cycle`` runs after each destroy, before sampling: the detection benchmark plants leaks through it.
+    ``cycles`` is a fixed count or a CyclePolicy. ``on_cycle`` runs after each destroy, before sampling: the
+    detection benchmark plants leaks through it.
     """
+    policy = cycles if isinstance(cycles, CyclePolicy) else CyclePolicy(cycles, cycles, float("inf"))
     device = _device_index(spec)
-    samples: list[MemorySample] = [settle(device, cycle=0)]
-    timings = []
-    for cycle in range(1, cycles + 1):
-        t0 = time.perf_counter()
-        engine = create(spec.engine)
-        engine.start(spec)
-        engine.generate(prompts, max_tokens, 1)
-        engine.shutdown()
-        del engine
-        timings.append(time.perf_counter() - t0)
-        if on_cycle is not None:
-            on_cycle(cycle)
-        samples.append(settle(device, cycle=cycle))
-    return [dict(dataclasses.asdict(s), cycle_s=t) for s, t in zip(samples, [0.0, *timings])]
+    with owner_scope() as scope:
+        samples: list[MemorySample] = [settle(device, cycle=0, scope=scope)]
+        timings: list[float] = []
+        found: list[dict[str, Any]] = []
+        try:
+            while policy.more(samples, len(timings), sum(timings)):
+                cycle = len(timings) + 1
+                t0 = time.perf_counter()
+                engine = create(spec.engine)
+                engine.start(spec)
+                engine.generate(prompts, max_tokens, 1)
+                engine.shutdown()
+                del engine
+                timings.append(time.perf_counter() - t0)
+                if on_cycle is not None:
+                    on_cycle(cycle)
+                samples.append(settle(device, cycle=cycle, scope=scope))
+            found = left_running(scope)
+        finally:
+            stop_left_running(found or left_running(scope))
+    rows = [dict(dataclasses.asdict(s), cycle_s=t) for s, t in zip(samples, [0.0, *timings])]
+    rows[-1]["left_running"] = found
+    return rows
 
 
 def one_process_run(spec: EngineSpec, prompts: Sequence[Sequence[int]], max_tokens: int) -> dict[str, Any]:

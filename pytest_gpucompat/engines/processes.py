@@ -92,7 +92,7 @@ class ProcessGroup:
     start: int | None
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """/proc/<pid>/stat after the command name: state, ppid, pgrp, ..., starttime at index 19."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
@@ -103,7 +103,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (None when it is gone or /proc cannot tell)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     try:
         return int(fields[19]) if fields else None
     except (IndexError, ValueError):
@@ -120,7 +120,7 @@ def is_ours(group: ProcessGroup) -> bool:
     kernel while members of its group live, so its group is still the one we started."""
     if group.pgid <= 1:
         return False
-    fields = _stat_fields(group.pgid)
+    fields = stat_fields(group.pgid)
     if fields is None:
         return True
     try:
@@ -143,7 +143,7 @@ def _group_has_live_member(pgid: int) -> bool:
     except OSError:
         return True
     for entry in entries:
-        fields = _stat_fields(int(entry))
+        fields = stat_fields(int(entry))
         if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
             return True
     return False

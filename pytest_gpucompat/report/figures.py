@@ -135,12 +135,15 @@ def _dtype_thresholds(dtype: str) -> Mapping[str, Any] | None:
 
 
 def _leak_tolerance(cell: CellRecord) -> tuple[float, str] | None:
-    from ..checks.memory import DEFAULT_THRESHOLD_MIB_PER_CYCLE
+    from ..checks.leaks import DEFAULT_THRESHOLD_MIB_PER_CYCLE
 
+    recorded = cell.metrics.get("leak_limit_mib_per_cycle")  # the limit of the signal the figure is from
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > 0:
+        return float(recorded), "leak tolerance of the signal nearest its limit"
     on_gpu = cell.metrics.get("nvml_process_mib_after_last_cycle") is not None or any(
         v is not None for v in cell.series.get("nvml_process_mib", ())
     )
-    source = "nvml_process_mib" if on_gpu else "host_rss_mib"  # what the memory suite judges the leak on
+    source = "nvml_process_mib" if on_gpu else "host_rss_mib"  # what earlier reports judged the leak on
     tolerance = DEFAULT_THRESHOLD_MIB_PER_CYCLE.get(source)
     return None if tolerance is None else (float(tolerance), f"leak tolerance of {source}")
 
