@@ -101,9 +101,13 @@ def test_server_commands_come_from_the_descriptors(tmp_path: Path, monkeypatch: 
     options = tmp_path / "o.yaml"
     cmd = engine_server_command("trtllm", "/m", "h", 1, {"backend": "pytorch", "attn_backend": "TRTLLM"},
                                 lambda: options)
-    assert cmd == ["/bin/trtllm-serve", "/m", "--host", "h", "--port", "1", "--backend", "pytorch",
+    assert cmd == ["/bin/trtllm-serve", "serve", "/m", "--host", "h", "--port", "1", "--backend", "pytorch",
                    "--extra_llm_api_options", str(options)]
     assert "attn_backend: TRTLLM" in options.read_text()
+    cmd = engine_server_command("trtllm", "/m", "h", 1, {"free_gpu_memory_fraction": 0.5, "tensor_parallel_size": 2},
+                                lambda: options)
+    assert cmd[7:] == ["--kv_cache_free_gpu_memory_fraction", "0.5", "--extra_llm_api_options", str(options)]
+    assert "tensor_parallel_size: 2" in options.read_text()  # an LLM-API field; no `serve` option in 1.0
 
 
 # --------------------------------------------------------------------------------------------------------------

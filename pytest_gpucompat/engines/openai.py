@@ -8,7 +8,7 @@ isolation's one group killer. A given endpoint that refuses connections fails at
                 `--dashed-flags`, booleans as BooleanOptionalAction);
 - sglang:       `python -m sglang.launch_server --model-path DIR --host H --port P ...` (ServerArgs fields as
                 `--dashed-flags`; sglang/launch_server.py);
-- tensorrt-llm: `trtllm-serve DIR --host H --port P --backend pytorch ...` (click options with underscores,
+- tensorrt-llm: `trtllm-serve serve DIR --host H --port P --backend pytorch ...` (click options with underscores,
                 tensorrt_llm/commands/serve.py); LLM-API fields without a CLI option go to a YAML file passed with
                 `--extra_llm_api_options` (also spelled `--config` in newer releases).
 - command:      any other OpenAI-compatible server: `server_command` with {host}, {port}, {model}, {python}.

@@ -46,8 +46,9 @@ class ServerCommand:
     {port}); with neither, the server cannot start here. `argv` follows the head. Settings (the cell's params over
     `defaults`) become `--flags` in `flag_style` ("dash": --max-model-len, "underscore": --max_model_len); when
     `cli_options` is given only those go on the command line and the rest into a YAML file passed with
-    `options_file_flag`. `embed_settings` are set for `task: embed` (None: this server cannot embed);
-    `request_extras` go into every completion request; `pooling` names what its embeddings pool.
+    `options_file_flag`; `cli_aliases` first renames settings that have another spelling. `embed_settings` are set
+    for `task: embed` (None: this server cannot embed); `request_extras` go into every completion request;
+    `pooling` names what its embeddings pool.
     """
 
     argv: tuple[str, ...]
@@ -57,6 +58,7 @@ class ServerCommand:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     env_defaults: Mapping[str, str] = field(default_factory=dict)
     cli_options: frozenset[str] | None = None
+    cli_aliases: Mapping[str, str] = field(default_factory=dict)
     options_file_flag: str | None = None
     embed_settings: Mapping[str, Any] | None = None
     request_extras: Mapping[str, Any] = field(default_factory=dict)
@@ -262,17 +264,17 @@ register(EngineDescriptor(
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
-    server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores
-        argv=("{model}", "--host", "{host}", "--port", "{port}"),
+    server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (engines/contracts/)
+        argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="trtllm-serve",
         flag_style="underscore",
         defaults={"backend": "pytorch", "kv_cache_free_gpu_memory_fraction": 0.2},
-        cli_options=frozenset({
+        cli_options=frozenset({  # the options of `trtllm-serve serve` in every release of the contracts
             "tokenizer", "backend", "log_level", "max_beam_width", "max_batch_size", "max_num_tokens", "max_seq_len",
-            "tensor_parallel_size", "tp_size", "pipeline_parallel_size", "pp_size", "gpus_per_node",
-            "free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction", "trust_remote_code", "revision",
-            "num_postprocess_workers", "reasoning_parser", "chat_template",
+            "tp_size", "pp_size", "gpus_per_node", "kv_cache_free_gpu_memory_fraction", "trust_remote_code",
+            "num_postprocess_workers", "reasoning_parser",
         }),
+        cli_aliases={"free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
         options_file_flag="--extra_llm_api_options",
         request_extras={"ignore_eos": True, "detokenize": False},
     ),

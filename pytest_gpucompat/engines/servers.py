@@ -96,6 +96,7 @@ def engine_server_command(server: str, model: str, host: str, port: int, setting
     else:
         raise EngineUnavailable(f"openai/{server}: {spec.executable} is not on PATH")
     cmd = [*head, *(part.format(**values) for part in spec.argv)]
+    settings = {spec.cli_aliases.get(k, k): v for k, v in settings.items()}
     if spec.cli_options is None:
         return cmd + cli_flags(settings, spec.flag_style)
     cli = {k: v for k, v in settings.items() if k in spec.cli_options}

@@ -1,20 +1,21 @@
 """TensorRT-LLM through its LLM API (PyTorch backend, the default `tensorrt_llm.LLM` of TRT-LLM 1.x).
 
-Read from the TensorRT-LLM sources (tensorrt_llm/llmapi/llm.py, llmapi/llm_args.py, sampling_params.py,
-executor/result.py) and docs; the wheels are not installable here, so this adapter stays minimal:
-- `LLM(model, tokenizer=None, skip_tokenizer_init, tensor_parallel_size, dtype, **kwargs)`; other kwargs are
-  TorchLlmArgs fields (strict: unknown keys are rejected by TRT-LLM itself): kv_cache_config (KvCacheConfig with
-  free_gpu_memory_fraction and, for the PyTorch backend, dtype), max_seq_len, max_batch_size, attn_backend
-  (default "TRTLLM"), cuda_graph_config, ...
-- `LLM.generate(inputs, sampling_params, use_tqdm=...)`: a list of token-id lists is a batch of prompts
-  (`prompt_inputs` turns each into {"prompt_token_ids": ...}).
-- `SamplingParams(max_tokens, temperature=0.0 (greedy, as in TRT-LLM's own sampling example), logprobs=N,
-  ignore_eos=True, detokenize=False, end_id, pad_id)`.
-- `RequestOutput.outputs[0].token_ids` and `.logprobs`: `list[dict[int, Logprob(logprob, rank)]]` (TokenLogprobs)
-  or, from the older TensorRT-engine path, `list[float]` for the sampled token only (both handled).
-- `LLM.shutdown()`.
-Not known from the sources read: whether the PyTorch sampler's logprobs are taken before or after its own logits
-processing; with greedy decoding and no penalties both are log_softmax of the logits.
+Every name of TensorRT-LLM's API this adapter passes or reads is declared below (KWARGS, READS, LLM_ARGS_USED) and
+the code builds its calls from those declarations. The contracts in `contracts/tensorrt_llm-<tag>.json`, extracted
+from TensorRT-LLM's sources by `tools/trtllm_contract.py`, hold the real signatures; tests check every declared
+name against every contract and run start/generate/shutdown against a `tensorrt_llm` stand-in built from each one.
+What the sources say about the calls made here:
+- `LLM(model, ..., **kwargs)`: the extra keywords must be TorchLlmArgs fields (`BaseLLM.__init__` rejects others
+  with "got invalid argument"); `kv_cache_config` is a `KvCacheConfig` (pydantic, extra fields forbidden) whose
+  `dtype` is for the PyTorch backend. `llm.args` is the TorchLlmArgs instance.
+- `LLM.generate(inputs, sampling_params, use_tqdm)`: a list of token-id lists is a batch (a list of ints would be
+  one prompt); it returns one `RequestOutput` per prompt.
+- `SamplingParams` is a dataclass; `pad_id` defaults to `end_id`; temperature 0 is greedy.
+- `RequestOutput.outputs[0]` is a `CompletionOutput`: `.token_ids`, and `.logprobs` as `list[dict[int, Logprob]]`
+  (`Logprob.logprob`, `.rank`); in 1.0 a result carrying the sampled tokens' log-probs replaces it with
+  `list[float]` for the sampled token only. Both are handled.
+Not known from the sources read: which of the two the PyTorch sampler returns, and whether its logprobs are taken
+before or after its own logits processing; with greedy decoding and no penalties both are log_softmax of the logits.
 """
 
 from __future__ import annotations
@@ -31,8 +32,56 @@ from . import Unsupported, engine_params, import_failure, normalize_dtype, one_l
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
 
 DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.2
-_KV_KEYS = {"kv_cache_dtype": "dtype", "free_gpu_memory_fraction": "free_gpu_memory_fraction",
-            "kv_cache_free_gpu_memory_fraction": "free_gpu_memory_fraction"}
+KV_CACHE_PARAMS: Mapping[str, str] = {
+    "kv_cache_dtype": "dtype",
+    "free_gpu_memory_fraction": "free_gpu_memory_fraction",
+    "kv_cache_free_gpu_memory_fraction": "free_gpu_memory_fraction",
+}
+"""Cell parameters that are KvCacheConfig fields, by the field they set."""
+SAMPLING_KEYS = ("max_tokens", "temperature", "logprobs", "ignore_eos", "detokenize", "end_id", "pad_id")
+GENERATE_ARGS = ("inputs", "sampling_params", "use_tqdm")
+ARGS_READ = ("dtype", "kv_cache_config", "attn_backend", "backend", "tensor_parallel_size", "max_seq_len")
+"""What `_run_info` reads from `llm.args` (TorchLlmArgs)."""
+LLM_ARGS_USED = tuple(dict.fromkeys(("kv_cache_config", *ARGS_READ, "pipeline_parallel_size")))
+"""The TorchLlmArgs fields this project passes (itself, or as the registry's parallel_params) or reads."""
+
+KWARGS: Mapping[str, tuple[str, ...]] = {
+    "LLM.__init__": ("model", "kv_cache_config"),
+    "KvCacheConfig": tuple(dict.fromkeys(KV_CACHE_PARAMS.values())),
+    "SamplingParams": SAMPLING_KEYS,
+    "LLM.generate": GENERATE_ARGS,
+    "LLM.shutdown": (),
+}
+"""Contract item -> the keywords (or parameters) the adapter passes to it."""
+READS: Mapping[str, tuple[str, ...]] = {
+    "TorchLlmArgs": ARGS_READ,
+    "KvCacheConfig": ("dtype",),
+    "RequestOutput": ("outputs",),
+    "CompletionOutput": ("token_ids", "logprobs"),
+    "Logprob": ("logprob",),
+}
+"""Contract item -> the attributes the adapter reads from it."""
+
+
+def llm_kwargs(model: str, params: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(keywords for `LLM()` but kv_cache_config, KvCacheConfig keywords) for a cell's engine parameters. A cell's
+    `kv_cache_config` mapping is merged under the KV_CACHE_PARAMS it also sets, over this project's default memory
+    fraction; a KvCacheConfig object given in the cell is returned as it is."""
+    rest = dict(params)
+    overrides = {field: rest.pop(key) for key, field in KV_CACHE_PARAMS.items() if key in rest}
+    kv_config = rest.pop("kv_cache_config", None)
+    if isinstance(kv_config, Mapping) or kv_config is None:
+        kv_config = {"free_gpu_memory_fraction": DEFAULT_FREE_GPU_MEMORY_FRACTION, **dict(kv_config or {}),
+                     **overrides}
+    if "dtype" in rest:
+        rest["dtype"] = normalize_dtype(rest["dtype"])
+    return {"model": model, **rest}, kv_config
+
+
+def sampling_kwargs(max_tokens: int, top_n: int, end_id: int | None, pad_id: int | None) -> dict[str, Any]:
+    """SamplingParams keywords: greedy, `top_n` logprobs, past EOS, no detokenizing; end/pad ids when known."""
+    values = (int(max_tokens), 0.0, int(top_n), True, False, end_id, pad_id)
+    return {key: value for key, value in zip(SAMPLING_KEYS, values, strict=True) if value is not None}
 
 
 class TRTLLMEngine:
@@ -53,27 +102,17 @@ class TRTLLMEngine:
         except Exception as exc:  # ImportError; the placeholder sdist on PyPI raises at import, as do CUDA mismatches
             raise import_failure("tensorrt_llm", exc) from None
 
-        params = engine_params(spec.params)
-        kv_overrides: dict[str, Any] = {}
-        for key, target in _KV_KEYS.items():
-            if key in params:
-                kv_overrides[target] = params.pop(key)
-        kv_config = params.pop("kv_cache_config", None)
+        kwargs, kv_config = llm_kwargs(spec.model, engine_params(spec.params))
         try:
             from tensorrt_llm.llmapi import KvCacheConfig
 
-            if isinstance(kv_config, Mapping) or kv_config is None:
-                merged = {"free_gpu_memory_fraction": DEFAULT_FREE_GPU_MEMORY_FRACTION}
-                merged.update(dict(kv_config or {}))
-                merged.update(kv_overrides)
-                kv_config = KvCacheConfig(**merged)
+            if isinstance(kv_config, Mapping):
+                kv_config = KvCacheConfig(**kv_config)
         except Exception as exc:
             raise EngineFailed(f"tensorrt-llm: bad kv cache config: {one_line(exc)}") from None
-        if "dtype" in params:
-            params["dtype"] = normalize_dtype(params["dtype"])
         self._end_id, self._pad_id = _special_ids(spec.model)
         try:
-            llm = LLM(model=spec.model, kv_cache_config=kv_config, **params)
+            llm = LLM(**kwargs, kv_cache_config=kv_config)
         except Exception as exc:
             raise EngineFailed(f"tensorrt-llm: LLM() failed: {one_line(exc)}") from None
         self._llm = llm
@@ -88,17 +127,7 @@ class TRTLLMEngine:
         llm = self._require()
         from tensorrt_llm import SamplingParams
 
-        kwargs: dict[str, Any] = {
-            "max_tokens": int(max_tokens),
-            "temperature": 0.0,
-            "logprobs": int(top_n),
-            "ignore_eos": True,
-            "detokenize": False,
-        }
-        if self._end_id is not None:
-            kwargs["end_id"] = self._end_id
-        if self._pad_id is not None:
-            kwargs["pad_id"] = self._pad_id
+        kwargs = sampling_kwargs(max_tokens, top_n, self._end_id, self._pad_id)
         try:
             params = SamplingParams(**kwargs)
             outputs = llm.generate([[int(t) for t in p] for p in prompts], params, use_tqdm=False)
@@ -163,18 +192,15 @@ def _config_dtype(model_dir: str) -> str | None:
 
 def _run_info(tensorrt_llm: Any, llm: Any, model_dir: str, start_s: float) -> RunInfo:
     args = getattr(llm, "args", None)
-    dtype = normalize_dtype(getattr(args, "dtype", "auto") or "auto")
+    seen = {name: getattr(args, name, None) for name in ARGS_READ}
+    dtype = normalize_dtype(seen["dtype"] or "auto")
     if dtype == "auto":
         dtype = _config_dtype(model_dir) or "auto"
-    kv = getattr(getattr(args, "kv_cache_config", None), "dtype", None)
+    kv = getattr(seen["kv_cache_config"], "dtype", None)
     kv_dtype = dtype if kv in (None, "auto") else str(kv)
-    backend = getattr(args, "attn_backend", None)
-    extra: dict[str, Any] = {
-        "kv_cache_dtype_setting": kv,
-        "backend": getattr(args, "backend", None),
-        "tensor_parallel_size": getattr(args, "tensor_parallel_size", None),
-        "max_seq_len": getattr(args, "max_seq_len", None),
-    }
+    backend = seen["attn_backend"]
+    extra: dict[str, Any] = {"kv_cache_dtype_setting": kv, "backend": seen["backend"],
+                             "tensor_parallel_size": seen["tensor_parallel_size"], "max_seq_len": seen["max_seq_len"]}
     return RunInfo(
         engine="tensorrt-llm",
         version=getattr(tensorrt_llm, "__version__", None),
