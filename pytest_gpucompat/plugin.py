@@ -167,7 +167,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         cs.log_tail, cs.engine_failed = failure.log_tail or None, True
         if report.failed:
             report.longrepr = failure_text(str(cs.cell.engine), failure)
-    report.user_properties.append(("gpucompat", cs.payload(state.fingerprint.name)))
+    payload = cs.payload_for(report.when, report.passed, state.fingerprint.name)
+    if payload is not None:
+        report.user_properties.append(("gpucompat", payload))
     return report
 
 

@@ -40,6 +40,17 @@ class CellState:
     _fixed: tuple[tuple[Finding, ...], tuple[Finding, ...], dict[str, Any]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _sent: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def payload_for(self, when: str, passed: bool, runner: str | None) -> dict[str, Any] | None:
+        """The payload a phase's report carries, or None where it would tell the report writer nothing new: a
+        passed teardown that changed nothing since the call (xdist serializes every user property). A passed
+        setup still carries it: the cell must exist should the run be interrupted or its worker die in the call."""
+        payload = self.payload(runner)
+        if passed and when == "teardown" and payload == self._sent:
+            return None
+        self._sent = payload
+        return payload
 
     def payload(self, runner: str | None) -> dict[str, Any]:
         """What travels on the test report (xdist serializes user_properties) to the report writer; every phase's

@@ -76,7 +76,10 @@ class ReportCollector:
             self._crashed(report, crash)
         else:
             payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
-            if payload is None:
+            if payload is None:  # a passed teardown that told nothing new, or a test that is no cell
+                cell = self.cells.get(report.nodeid)
+                if cell is not None:
+                    cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
                 return
             self._add(report, payload)
         if self.path and self._checkpoint_due():
