@@ -72,7 +72,20 @@ def cmd_env(args: argparse.Namespace) -> int:
 
     fp = collect(args.runner)
     print(json.dumps(fp.to_dict(), indent=2) if args.json else format_fingerprint(fp))
-    return 0
+    if not args.topology:
+        return 0
+    from .topology import compare, nvidia_smi_topology
+
+    topo, reason = nvidia_smi_topology()
+    out = sys.stderr if args.json else sys.stdout
+    if topo is None:
+        print(f"topology: not checked: {reason}", file=out)
+        return 0
+    mismatches = compare(fp.links, topo)
+    for mismatch in mismatches:
+        print(f"topology: {mismatch}", file=out)
+    print(f"topology: {len(topo)} GPU pairs, {len(mismatches)} disagree with nvidia-smi topo -m", file=out)
+    return 1 if mismatches else 0
 
 
 def format_fingerprint(fp: Fingerprint) -> str:

@@ -52,6 +52,8 @@ _OPTIONS = (
     Option("kb", metavar="PATH", action="append", default=[], help="extra rule file or directory (repeatable)"),
     Option("no-builtin-rules", action="store_true", default=False,
            help="use only the rule files given with the kb option, not the shipped knowledge base"),
+    Option("topology", action="store_true", default=False,
+           help="check the fingerprint's GPU links against `nvidia-smi topo -m`; exit 1 when they disagree"),
     Option("runner", metavar="NAME", cli_aliases=("--name",),
            help="runner name in fingerprints and reports (default: $GPUCOMPAT_RUNNER or the host name)"),
     Option("run-known-bad", action="store_true", default=False,
@@ -79,7 +81,7 @@ PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir"
           "baseline", "compare-fail", "runner")
 """The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
 
-CLI = {"env": ("runner",), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
+CLI = {"env": ("runner", "topology"), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
        "diff": ("compare-fail",)}
 """The options of each ``gpucompat`` command, as ``--NAME``."""
 
