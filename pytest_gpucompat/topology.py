@@ -27,7 +27,8 @@ class Mismatch:
     nvidia_smi: str
 
     def __str__(self) -> str:
-        return f"GPU{self.a}-GPU{self.b}: fingerprint says {self.fingerprint}, nvidia-smi topo -m says {self.nvidia_smi}"
+        pair = f"GPU{self.a}-GPU{self.b}"
+        return f"{pair}: fingerprint says {self.fingerprint}, nvidia-smi topo -m says {self.nvidia_smi}"
 
 
 def parse_topo_matrix(text: str) -> dict[tuple[int, int], str]:
