@@ -28,7 +28,10 @@ from .state import CellState, cell_key, plain, run_state
 if TYPE_CHECKING:
     from .engines.base import Engine
     from .engines.pool import EnginePool
+    from .golden_run import CellGolden
     from .kb import Finding
+    from .prompts import PromptSet
+    from .reference import Choice
 
 _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
@@ -321,12 +324,80 @@ def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Pa
     return start_engine(request, pool, spec, record=False, cache=answers.setdefault(spec.key(), {}))
 
 
+def note(request: pytest.FixtureRequest, key: str, value: Any) -> None:
+    """Put ``key`` into the cell in the report (what it was asked, which reference, the golden check)."""
+    cs = _cell_state(request)
+    if cs is not None:
+        cs.notes[key] = plain(value)
+
+
+_prompt_sets = pytest.StashKey[dict[str, Any]]()
+_choices = pytest.StashKey[dict[str, Any]]()
+
+
+@pytest.fixture
+def gpucompat_prompts(request: pytest.FixtureRequest, gpucompat_model: Path) -> PromptSet:
+    """What the precision checks ask this model: fixed token ids for a tiny built model; for a checkpoint, text (the
+    built-in set, or --gpucompat-prompts) tokenized by its own tokenizer, chats through its chat template. Made once
+    per model; each cell's report says it as text and ids (``prompts``)."""
+    from .errors import InputError
+    from .prompts import prompt_set_for
+
+    sets = request.config.stash.setdefault(_prompt_sets, {})
+    key = str(gpucompat_model)
+    if key not in sets:
+        try:
+            sets[key] = prompt_set_for(gpucompat_model, settings(request.config).prompts)
+        except ImportError as exc:
+            pytest.skip(f"cannot tokenize the prompts here: {exc}")
+        except (ValueError, InputError) as exc:
+            pytest.fail(f"gpucompat: {exc}", pytrace=False)
+    note(request, "prompts", sets[key].to_dict())
+    return sets[key]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def gpucompat_reference_choice(request: pytest.FixtureRequest, gpucompat_model: Path,
+                               gpucompat_prompts: PromptSet) -> Choice:
+    """Which reference fits this runner (float32 on the GPU or the CPU, bfloat16, or none: golden-only), from the
+    checkpoint's size and the free memory, decided once per model and session (the reference then stays loaded),
+    after the cell's engine has taken its memory; said in each cell's report (``reference``)."""
+    from .reference import choose_for
+
+    choices = request.config.stash.setdefault(_choices, {})
+    key = str(gpucompat_model)
+    if key not in choices:
+        if "gpucompat_engine" in request.fixturenames:
+            request.getfixturevalue("gpucompat_engine")  # its memory is taken before what is free is measured
+        choices[key] = choose_for(gpucompat_model, [len(p) for p in gpucompat_prompts.ids])
+    choice, need = choices[key]
+    note(request, "reference", {"kind": choice.kind, "reason": choice.reason, "estimate": need.basis})
+    return choice  # type: ignore[no-any-return]
+
+
 @pytest.fixture
 def gpucompat_reference(
-    request: pytest.FixtureRequest, gpucompat_model: Path, gpucompat_pool: EnginePool
+    request: pytest.FixtureRequest, gpucompat_model: Path, gpucompat_pool: EnginePool,
+    gpucompat_reference_choice: Choice,
 ) -> StartedEngine:
-    """The float32 transformers reference on the same model (on the GPU when there is one)."""
-    return reference_engine(request, gpucompat_pool, gpucompat_model)
+    """The transformers reference on the same model: float32 where it fits, else bfloat16
+    (``gpucompat_reference_choice``); the cell skips when none fits the runner."""
+    if not gpucompat_reference_choice.runs:
+        pytest.skip(f"no reference: {gpucompat_reference_choice.reason}")
+    return reference_engine(request, gpucompat_pool, gpucompat_model, **gpucompat_reference_choice.engine_params)
+
+
+@pytest.fixture
+def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpucompat_model: Path,
+                     gpucompat_prompts: PromptSet, gpucompat_record: Callable[[str, float], None]) -> CellGolden:
+    """The cell's golden outputs: ``check`` against --gpucompat-golden and ``record`` into --gpucompat-record-golden
+    (each a no-op without its option)."""
+    from .golden_run import CellGolden
+
+    state = run_state(request.config)
+    return CellGolden(run=state.golden if state is not None else None, cell=gpucompat_cell, model=gpucompat_model,
+                      prompts=gpucompat_prompts, note=lambda key, value: note(request, key, value),
+                      record_metric=gpucompat_record)
 
 
 @pytest.fixture

@@ -39,6 +39,20 @@ def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summa
     )
 
 
+def _golden(prefix: str, against: str) -> tuple[Metric, ...]:
+    """The precision figures, measured against golden outputs recorded on another runner (checks/golden.py)."""
+    return (
+        Metric(f"{prefix}max_abs_logprob_delta", "lower", "nats", "golden", f"largest logprob difference to {against}"),
+        Metric(f"{prefix}mean_abs_logprob_delta", "lower", "nats", "golden", f"mean logprob difference to {against}"),
+        Metric(f"{prefix}token_agreement", "higher", "fraction", "golden",
+               f"greedy tokens equal to those of {against}"),
+        Metric(f"{prefix}logprobs_close", "higher", "0/1", "golden",
+               f"1 when every prompt is logprobs-close to {against}"),
+        Metric(f"{prefix}first_divergence", "higher", "position", "golden",
+               f"earliest generated position where a token differs from {against}"),
+    )
+
+
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -52,6 +66,8 @@ METRICS: dict[str, Metric] = {
         Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's"),
         Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
         Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
+        *_golden("golden_", "the golden reference (--gpucompat-golden)"),
+        *_golden("golden_cell_", "the same cell in the golden file"),
         Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference"),
         Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
                "memory growth per engine create/destroy, of the signal nearest its limit"),
@@ -99,6 +115,7 @@ class KeyFigure:
 KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("max_abs_logprob_delta", "max |Δlogprob|", "thresholds:max_abs_logprob_delta"),
     KeyFigure("token_agreement", "token agreement", "thresholds:min_token_agreement"),
+    KeyFigure("golden_max_abs_logprob_delta", "golden max |Δlogprob|", "thresholds:max_abs_logprob_delta"),
     KeyFigure("min_cosine", "cosine", "thresholds:min_cosine"),
     KeyFigure("tokens_per_s", "tokens/s", None),
     KeyFigure("ttft_s", "TTFT", None),

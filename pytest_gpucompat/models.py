@@ -12,17 +12,28 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .paths import cache_dir as _default_cache_root
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped whenever the on-disk layout changes, so old cache entries are not reused."""
 
 TINY_PREFIX = "tiny-"
 """`--gpucompat-model tiny-qwen2` names a built tiny model rather than a directory."""
+BUILD_MARKER = "gpucompat-model.json"
+"""Written into every built model: what built it and how it is prompted (tiny: fixed token ids, sized: text)."""
+
+SIZES: dict[str, dict[str, Any]] = {
+    # `--gpucompat-model qwen2-300m`: a model of about that many parameters with a trained byte-level BPE tokenizer
+    # and a chat template (pytest_gpucompat.bpe), weights stored in bfloat16 like a served checkpoint's.
+    "1m": {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 2048},
+    "300m": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 26, "num_attention_heads": 16,
+             "num_key_value_heads": 4, "max_position_embeddings": 4096},
+}
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
@@ -128,20 +139,39 @@ def build_tiny_model(
 ) -> Path:
     """Directory of a tiny `arch` model (float32 safetensors + tokenizer), built once and cached on disk."""
     config = tiny_config(arch, **config_overrides)
-    root = _cache_root(cache_dir)
-    final = root / f"{arch}-{_cache_key(arch, config, seed)}"
-    if (final / "config.json").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-    try:
-        _write_model(tmp, arch, config, seed)
-        _write_tokenizer(tmp, config)
-        _publish(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    def write(target: Path) -> None:
+        _write_model(target, arch, config, seed)
+        _write_tokenizer(target, config)
+        _write_marker(target, f"{TINY_PREFIX}{arch}", "token-ids")
+
+    return _build_once(_cache_root(cache_dir) / f"{arch}-{_cache_key(arch, config, seed)}", write)
+
+
+def build_sized_model(arch: str, size: str, cache_dir: Path | None = None, *, seed: int = DEFAULT_SEED) -> Path:
+    """Directory of an `arch` model of `size` (a key of SIZES): random weights from `seed` in bfloat16, a byte-level
+    BPE tokenizer trained on the built-in text, a ChatML chat template; built once and cached like a tiny model.
+    The 300m size takes a minute and 2 GB of memory to build: meant for GPU runners."""
+    from . import bpe
+
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    tiny_config(arch)  # the architecture check and its message
+    key = _cache_key(arch, {**SIZES[size], "tokenizer": bpe.corpus_digest(), "dtype": "bfloat16"}, seed)
+
+    def write(target: Path) -> None:
+        built = bpe.write_tokenizer(target, SIZES[size]["max_position_embeddings"])
+        config = tiny_config(arch, **SIZES[size], vocab_size=built.vocab_size, bos_token_id=built.bos_id,
+                             eos_token_id=built.eos_id, pad_token_id=built.pad_id)
+        _write_model(target, arch, config, seed, dtype="bfloat16")
+        _write_marker(target, f"{arch}-{size}", "text")
+
+    return _build_once(_cache_root(cache_dir) / f"{arch}-{size}-{key}", write)
+
+
+def _write_marker(target: Path, name: str, prompts: str) -> None:
+    marker = {"builder": "pytest-gpucompat", "format": FORMAT_VERSION, "name": name, "prompts": prompts}
+    (target / BUILD_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
 
 
 def build_perturbed_model(
@@ -158,13 +188,8 @@ def build_perturbed_model(
 
     base = Path(base)
     digest = hashlib.sha256(f"{base.resolve()}|{rel_noise!r}|{seed}|{FORMAT_VERSION}".encode()).hexdigest()[:12]
-    root = _cache_root(cache_dir)
-    final = root / f"{base.name}-perturbed-{digest}"
-    if (final / "config.json").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-    try:
+
+    def write(target: Path) -> None:
         generator = torch.Generator().manual_seed(seed)
         for item in base.iterdir():
             if item.suffix == ".safetensors":
@@ -176,9 +201,21 @@ def build_perturbed_model(
                         noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
                         t = (t.float() * (1.0 + rel_noise * noise)).to(t.dtype)
                     noisy[name] = t.contiguous()
-                save_file(noisy, str(tmp / item.name), metadata={"format": "pt"})
+                save_file(noisy, str(target / item.name), metadata={"format": "pt"})
             elif item.is_file():
-                shutil.copy2(item, tmp / item.name)
+                shutil.copy2(item, target / item.name)
+
+    return _build_once(_cache_root(cache_dir) / f"{base.name}-perturbed-{digest}", write)
+
+
+def _build_once(final: Path, write: Callable[[Path], None]) -> Path:
+    """``final`` if it is already built; else ``write`` into a temporary directory next to it, then publish it."""
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        write(tmp)
         _publish(tmp, final)
     finally:
         if tmp.exists():
@@ -195,7 +232,7 @@ def _publish(tmp: Path, final: Path) -> None:
             raise
 
 
-def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) -> None:
+def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, dtype: str = "float32") -> None:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
@@ -221,18 +258,20 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int) 
                 param.copy_(noise * INIT["head_gain"] / param.shape[1] ** 0.5)
             else:
                 param.copy_(noise * INIT["linear_gain"] / param.shape[1] ** 0.5)
+    model = model.to(getattr(torch, dtype))
     with quiet_progress_bars():
         model.save_pretrained(str(target), safe_serialization=True)
     config_path = target / "config.json"
     data = json.loads(config_path.read_text())
     # Older engines read `torch_dtype`, newer transformers writes `dtype`: give both.
-    data["torch_dtype"] = "float32"
-    data["dtype"] = "float32"
+    data["torch_dtype"] = dtype
+    data["dtype"] = dtype
     data["architectures"] = [architecture]
     if "rope_theta" not in data:  # transformers 5 writes rope_parameters only; older readers want rope_theta
         data["rope_theta"] = float(config["rope_theta"])
     config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
+    generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+                  "pad_token_id": config["pad_token_id"], "do_sample": False}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
 
 
@@ -343,9 +382,14 @@ def weights_mib(model: str | os.PathLike[str], dtype: Any = None) -> float | Non
 
 
 def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[Path]:
-    """Validate `--gpucompat-model` values: local checkpoint directories, or `tiny-<arch>` to build a tiny model."""
+    """Validate `--gpucompat-model` values: local checkpoint directories, `tiny-<arch>` to build a tiny model, or
+    `<arch>-<size>` (`qwen2-300m`) to build a sized one."""
     resolved: list[Path] = []
     for raw in paths:
+        arch, _, size = raw.rpartition("-")
+        if arch in _ARCHES and size in SIZES and not Path(raw).exists():
+            resolved.append(build_sized_model(arch, size, cache_dir))
+            continue
         if raw.startswith(TINY_PREFIX) and not Path(raw).exists():
             arch = raw[len(TINY_PREFIX):]
             if arch not in _ARCHES:
@@ -355,8 +399,9 @@ def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[
             continue
         path = Path(raw).expanduser()
         if not path.is_dir():
-            raise ValueError(f"--gpucompat-model {raw}: not a directory (models are never downloaded; "
-                             f"give a local checkpoint directory)")
+            raise ValueError(f"--gpucompat-model {raw}: not a directory (models are never downloaded; give a local "
+                             f"checkpoint directory, or build one: tiny-ARCH or ARCH-SIZE, ARCH one of "
+                             f"{', '.join(_ARCHES)}, SIZE one of {', '.join(SIZES)})")
         if not (path / "config.json").is_file():
             raise ValueError(f"--gpucompat-model {raw}: no config.json in that directory")
         resolved.append(path.resolve())

@@ -70,6 +70,17 @@ _OPTIONS = (
     Option("baseline", metavar="FILE",
            help="compare with this report at the end; a regression fails the run; a missing FILE is a first run: "
                 "a note says how this run's report becomes it"),
+    Option("golden", metavar="PATH",
+           help="check every precision cell against the golden outputs in PATH (a directory of golden files, or one "
+                "file) recorded for the same model and prompts on any runner; another model, tokenizer or prompt "
+                "set is refused with the reason"),
+    Option("record-golden", metavar="DIR",
+           help="record each precision cell's greedy tokens and top-N logprobs (and the reference's) into DIR, one "
+                "file per model and prompt set, to commit and check other runners against"),
+    Option("prompts", metavar="FILE",
+           help="the precision prompts as JSON lines ({\"text\": ...} or {\"messages\": [...]}), tokenized with each "
+                "model's own tokenizer; default: matrices/prompts.yaml for checkpoints, fixed token ids for tiny "
+                "built models"),
     Option("compare-fail", metavar="EXPR", action="append", default=[], cli_aliases=("--fail-on",),
            help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), leak_mib_per_cycle:+1 "
                 "(a rise of more than 1); a metric the suites record (docs/ci.md) or one a report has, an unknown "
@@ -78,7 +89,7 @@ _OPTIONS = (
 OPTIONS = {o.name: o for o in _OPTIONS}
 
 PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir", "model", "endpoint", "report",
-          "baseline", "compare-fail", "runner")
+          "baseline", "compare-fail", "runner", "golden", "record-golden", "prompts")
 """The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
 
 CLI = {"env": ("runner", "topology"), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
@@ -130,6 +141,9 @@ class Settings:
     report: str | None = None
     baseline: str | None = None
     compare_fail: tuple[str, ...] = ()
+    golden: str | None = None
+    record_golden: str | None = None
+    prompts: str | None = None
 
     @classmethod
     def from_pytest(cls, config: Any) -> Settings:
@@ -149,5 +163,6 @@ class Settings:
             no_builtin_rules=bool(opt("no-builtin-rules")), runner=opt("runner"),
             run_known_bad=bool(opt("run-known-bad")), timeout=float(opt("timeout")), log_dir=log_path,
             model=tuple(opt("model") or ()), endpoint=opt("endpoint"), report=opt("report"), baseline=opt("baseline"),
-            compare_fail=tuple(opt("compare-fail") or ()),
+            compare_fail=tuple(opt("compare-fail") or ()), golden=opt("golden"), record_golden=opt("record-golden"),
+            prompts=opt("prompts"),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,6 +14,9 @@ from .fingerprint import Fingerprint
 from .kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
 from .matrix import Cell
 from .options import Settings
+
+if TYPE_CHECKING:
+    from .golden_run import GoldenRun
 
 NOT_COVERED = "not covered here"
 
@@ -29,6 +32,8 @@ class CellState:
     metrics: dict[str, float] = field(default_factory=dict)
     series: dict[str, list[float | None]] = field(default_factory=dict)  # a figure per cycle/round, for charts
     info: dict[str, Any] = field(default_factory=dict)
+    # what the cell was asked and compared with (prompts, reference, golden): keys of the cell in the report
+    notes: dict[str, Any] = field(default_factory=dict)
     log_tail: str | None = None
     engine_failed: bool = False
     # findings measured while the cell ran (gpucompat_flag): reported with the rules' findings, but not rules
@@ -70,6 +75,7 @@ class CellState:
             "metrics": dict(self.metrics),
             "series": {k: list(v) for k, v in self.series.items()},
             "info": dict(self.info),
+            "notes": dict(self.notes),
             "log_tail": self.log_tail,
             "not_covered": self.not_covered,
             "engine_failed": self.engine_failed,
@@ -103,6 +109,7 @@ class RunState:
     fleet: Mapping[str, Fingerprint]
     kb: KnowledgeBase
     what_if: bool
+    golden: GoldenRun | None = None
     _host: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -157,7 +164,17 @@ def build_run_state(config: pytest.Config) -> RunState:
     else:
         fp = fpmod.collect(settings.runner)
         what_if = False
-    return RunState(settings=settings, fingerprint=fp, fleet=fleet, kb=kb, what_if=what_if)
+    try:  # golden files and a prompts file are checked before anything runs: a bad one is one line, not N failures
+        from .golden_run import GoldenRun
+
+        golden = GoldenRun.load(settings.golden, settings.record_golden, fp.name, fp.summary())
+        if settings.prompts:
+            from .prompts import load_prompts_file
+
+            load_prompts_file(settings.prompts)
+    except InputError as exc:
+        raise pytest.UsageError(f"gpucompat: {exc}") from None
+    return RunState(settings=settings, fingerprint=fp, fleet=fleet, kb=kb, what_if=what_if, golden=golden)
 
 
 run_key = pytest.StashKey[RunState]()

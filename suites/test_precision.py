@@ -4,6 +4,10 @@ Greedy tokens and top-N logprobs are compared the way vLLM's check_logprobs_clos
 divergent token each side's choice must be in the other's top-N) plus SGLang-style max |delta logprob|;
 the tolerances per dtype live in matrices/thresholds.yaml. A dtype or KV-cache dtype the engine
 silently replaced is flagged as a degraded finding with what actually ran.
+
+The reference is float32 where it fits the runner, else bfloat16 with wider thresholds, else none
+(gpucompat_reference_choice). With --gpucompat-golden the same outputs are also judged against golden
+outputs recorded on another runner (golden_* figures); with --gpucompat-record-golden they are recorded.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from pytest_gpucompat import (
 )
 from pytest_gpucompat.engines import normalize_dtype
 
-PROMPTS = 8
 PROMPT_LEN = 16
 MAX_TOKENS = 16
 TOP_N = 5
@@ -46,29 +49,45 @@ def _check_what_ran(cell, info, flag, record) -> None:
 
 
 @pytest.mark.gpucompat(matrix="precision")
-def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference, gpucompat_model,
-                                          gpucompat_record, gpucompat_flag):
+def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference_choice,
+                                          gpucompat_prompts, gpucompat_golden, gpucompat_pool, gpucompat_model,
+                                          gpucompat_record, gpucompat_flag, request):
     dtype = str(gpucompat_cell.params.get("dtype", "auto"))
     kv = gpucompat_cell.params.get("kv_cache_dtype")
     key = "fp8" if (kv not in (None, "auto")) else dtype
-    thresholds = thresholds_for(key)
-    prompts = fixed_prompts(PROMPTS, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=3)
+    prompts = gpucompat_prompts.ids  # fixed ids for tiny models, the model's own tokens of real text otherwise
 
-    reference = gpucompat_reference.engine.generate(prompts, MAX_TOKENS, TOP_N)
     candidate = gpucompat_engine.engine.generate(prompts, MAX_TOKENS, TOP_N)
-    metrics = compare_generations(reference, candidate, TOP_N)
-    for name in ("max_abs_logprob_delta", "mean_abs_logprob_delta", "token_agreement"):
-        gpucompat_record(name, float(getattr(metrics, name)))
-    gpucompat_record("logprobs_close", 1.0 if metrics.logprobs_close else 0.0)
     _check_what_ran(gpucompat_cell, gpucompat_engine.info, gpucompat_flag, gpucompat_record)
+    problems = []
+    golden = gpucompat_golden.check(candidate, key, MAX_TOKENS, TOP_N)  # None without --gpucompat-golden
+    if golden is not None and not golden.passed:
+        problems.append(golden.message)
 
-    ok, message = verdict_drift(metrics, thresholds)
-    assert ok, f"{gpucompat_cell.engine} {key} drifted from the float32 reference: {message}"
+    choice = gpucompat_reference_choice
+    if choice.runs:
+        started = reference_engine(request, gpucompat_pool, gpucompat_model, **choice.engine_params)
+        reference = started.engine.generate(prompts, MAX_TOKENS, TOP_N)
+        gpucompat_golden.record(candidate, gpucompat_engine.info, MAX_TOKENS, TOP_N, reference=reference,
+                                reference_info=started.info, reference_kind=choice.kind)  # only when recording
+        metrics = compare_generations(reference, candidate, TOP_N)
+        for name in ("max_abs_logprob_delta", "mean_abs_logprob_delta", "token_agreement"):
+            gpucompat_record(name, float(getattr(metrics, name)))
+        gpucompat_record("logprobs_close", 1.0 if metrics.logprobs_close else 0.0)
+        ok, message = verdict_drift(metrics, thresholds_for(key, reference=str(choice.dtype)))
+        if not ok:
+            problems.append(f"drifted from the {choice.dtype} reference: {message}")
+    else:  # golden-only: no reference fits this runner
+        gpucompat_golden.record(candidate, gpucompat_engine.info, MAX_TOKENS, TOP_N)
+        if not problems and (golden is None or not golden.compared):
+            why = golden.message if golden is not None else "no --gpucompat-golden to compare with instead"
+            pytest.skip(f"no reference: {choice.reason}; {why}")
+    assert not problems, f"{gpucompat_cell.engine} {key}: " + "; ".join(problems)
 
 
 @pytest.mark.gpucompat(matrix="embedding")
-def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_pool, gpucompat_model,
-                                            gpucompat_record, request):
+def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference_choice,
+                                            gpucompat_pool, gpucompat_model, gpucompat_record, request):
     dtype = str(gpucompat_cell.params.get("dtype", "auto"))
     prompts = fixed_prompts(4, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=4)
     try:
@@ -79,8 +98,12 @@ def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gp
     pooling = str((gpucompat_engine.info.extra or {}).get("pooling") or "mean")
     if pooling not in ("mean", "last"):
         pytest.skip(f"{gpucompat_cell.engine} pools with {pooling!r}; the reference pools by mean or last token")
-    reference = reference_engine(request, gpucompat_pool, gpucompat_model, pooling=pooling).engine.embed(prompts)
+    choice = gpucompat_reference_choice
+    if not choice.runs:
+        pytest.skip(f"no reference: {choice.reason}")
+    reference = reference_engine(request, gpucompat_pool, gpucompat_model, pooling=pooling,
+                                 **choice.engine_params).engine.embed(prompts)
     sims = [cosine_similarity(a, b) for a, b in zip(reference, candidate)]
     gpucompat_record("min_cosine", min(sims))
-    ok, message = verdict_embeddings(sims, thresholds_for(dtype))
+    ok, message = verdict_embeddings(sims, thresholds_for(dtype, reference=str(choice.dtype)))
     assert ok, f"{gpucompat_cell.engine} {dtype} embeddings drifted: {message}"

@@ -180,3 +180,18 @@ def test_matrices_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     (tmp_path / "thresholds.yaml").write_text("float32:\n  max_abs_logprob_delta: 0.123\n")
     monkeypatch.setenv("GPUCOMPAT_MATRICES_DIR", str(tmp_path))
     assert load_thresholds()["float32"]["max_abs_logprob_delta"] == 0.123
+
+
+def test_a_bfloat16_reference_loosens_each_limit_to_its_class() -> None:
+    from pytest_gpucompat.checks.compare import REFERENCE_CLASS, loosest
+
+    wide = DEFAULT_THRESHOLDS[REFERENCE_CLASS]
+    assert thresholds_for("float32", reference="float32") == DEFAULT_THRESHOLDS["float32"]
+    fp32 = thresholds_for("float32", reference="bf16")
+    assert fp32["max_abs_logprob_delta"] == wide["max_abs_logprob_delta"]
+    assert fp32["min_token_agreement"] == min(wide["min_token_agreement"], DEFAULT_THRESHOLDS["float32"]
+                                              ["min_token_agreement"])
+    assert thresholds_for("fp8", reference="bfloat16")["max_abs_logprob_delta"] == 1.0  # fp8's own is looser
+    assert thresholds_for("fp8", reference="bfloat16")["require_logprobs_close"] is False
+    assert loosest({"min_cosine": 0.99}, {"max_abs_logprob_delta": 0.1}) == {"min_cosine": 0.99,
+                                                                              "max_abs_logprob_delta": 0.1}

@@ -211,3 +211,44 @@ def test_light_modules_do_not_import_torch() -> None:
     )
     env = dict(os.environ)
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_built_models_say_how_they_are_prompted(qwen2: Path) -> None:
+    marker = json.loads((qwen2 / models.BUILD_MARKER).read_text())
+    assert marker["prompts"] == "token-ids" and marker["name"] == "tiny-qwen2"
+
+
+def test_a_sized_model_has_a_real_tokenizer_and_a_chat_template(cache: Path) -> None:
+    """The small size only: the 300m one is for GPU runners (its arithmetic is checked below, not built)."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from pytest_gpucompat.checkpoint import parameter_count
+
+    (path,) = resolve_models(["qwen2-1m"], cache)
+    assert path.name.startswith("qwen2-1m-") and resolve_models(["qwen2-1m"], cache) == [path]
+    config = json.loads((path / "config.json").read_text())
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    assert config["vocab_size"] == len(tokenizer) and config["vocab_size"] % 64 == 0
+    assert config["torch_dtype"] == "bfloat16" and config["eos_token_id"] == tokenizer.convert_tokens_to_ids(
+        "<|im_end|>")
+    text = "def f(x):\n    return x * 2  # 两倍"
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text  # byte-level: no unknown token, round trip
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert json.loads((path / models.BUILD_MARKER).read_text())["prompts"] == "text"
+    assert 0.8e6 < (parameter_count(path) or 0) < 1.2e6
+    with models.quiet_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(str(path))
+    assert str(model.dtype) == "torch.bfloat16"
+
+
+def test_the_300m_size_is_hundreds_of_millions_of_parameters() -> None:
+    size = models.SIZES["300m"]
+    hidden, inter, layers = size["hidden_size"], size["intermediate_size"], size["num_hidden_layers"]
+    head_dim = hidden // size["num_attention_heads"]
+    kv = size["num_key_value_heads"] * head_dim
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter
+    assert 2.8e8 < layers * per_layer < 3.2e8  # plus the embeddings of a vocabulary under 1k tokens
+    with pytest.raises(ValueError, match="unknown model size"):
+        models.build_sized_model("qwen2", "7b")

@@ -31,7 +31,11 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
                 "min_cosine": 0.999},
     "fp8": {"max_abs_logprob_delta": 1.0, "min_token_agreement": 0.2, "require_logprobs_close": False,
             "min_cosine": 0.99},
+    "bfloat16-reference": {"max_abs_logprob_delta": 0.4, "min_token_agreement": 0.4, "require_logprobs_close": True,
+                           "min_cosine": 0.999},
 }
+REFERENCE_CLASS = "bfloat16-reference"
+"""The thresholds a cell is held to at least when its reference ran in bfloat16 (it did not fit in float32)."""
 
 _THRESHOLD_KEYS = frozenset({"max_abs_logprob_delta", "min_token_agreement", "require_logprobs_close", "min_cosine"})
 
@@ -307,12 +311,32 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]
     return table
 
 
-def thresholds_for(dtype: str, table: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The thresholds of one dtype (loading the default table when none is given)."""
+def thresholds_for(dtype: str, table: Mapping[str, Mapping[str, Any]] | None = None,
+                   reference: str = "float32") -> dict[str, Any]:
+    """The thresholds of one dtype (loading the default table when none is given). With a ``reference`` that ran
+    in bfloat16 rather than float32, each limit is the looser of the dtype's and the REFERENCE_CLASS's."""
     table = load_thresholds() if table is None else table
     key = thresholds_key(dtype)
     if key == "auto":
         raise ValueError("no thresholds for dtype 'auto': use the dtype the engine reported it ran (RunInfo.dtype)")
     if key not in table:
         raise ValueError(f"no thresholds for dtype {dtype!r} (have: {', '.join(sorted(table))})")
-    return dict(table[key])
+    own = dict(table[key])
+    if thresholds_key(reference) in ("float32", REFERENCE_CLASS):
+        return own
+    if REFERENCE_CLASS not in table:
+        raise ValueError(f"no thresholds for a {reference} reference: {REFERENCE_CLASS} is not in the table")
+    return loosest(own, table[REFERENCE_CLASS])
+
+
+def loosest(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Each limit of two threshold sets at its looser value (a key only one set has is kept as it is). Pure."""
+    out = {**b, **a}
+    for key in a.keys() & b.keys():
+        if key == "max_abs_logprob_delta":
+            out[key] = max(a[key], b[key])
+        elif key in ("min_token_agreement", "min_cosine"):
+            out[key] = min(a[key], b[key])
+        elif key == "require_logprobs_close":
+            out[key] = bool(a[key] and b[key])
+    return out

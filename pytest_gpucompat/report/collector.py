@@ -95,6 +95,7 @@ class ReportCollector:
             if payload.get("log_tail"):
                 cell["log_tail"] = payload["log_tail"]
             cell["info"] = payload.get("info") or cell.get("info", {})
+            cell["notes"] = payload.get("notes") or cell.get("notes", {})
             # each phase's payload has every finding so far: those flagged while the test ran come with the later ones
             cell["rules"], cell["findings"] = payload.get("rules") or [], payload.get("findings") or []
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
@@ -151,6 +152,7 @@ class ReportCollector:
             "log_tail": payload.get("log_tail"),
             "worker": _worker_id(report),
             "info": payload.get("info") or {},
+            "notes": payload.get("notes") or {},
             "gpu": payload.get("gpu"),
         }
 
@@ -203,7 +205,8 @@ class ReportCollector:
                 data["reason"] = "did not finish: the run was interrupted or its worker died"
             extra_info = data.pop("info", {}) or {}
             gpu = data.pop("gpu", None)
-            data["extra"] = {k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}
+            notes = data.pop("notes", None) or {}  # prompts, reference, golden: plain keys of the cell
+            data["extra"] = {**notes, **{k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}}
             cells.append(data)
         fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
         if self.worker_fingerprints:

@@ -112,6 +112,8 @@ def format_value(metric: str, value: float) -> str:
         return f"{value:+.2g} MiB/cycle"
     if metric == "max_abs_logprob_delta":
         return f"Δlp {value:.3g}"
+    if metric == "golden_max_abs_logprob_delta":
+        return f"golden Δlp {value:.3g}"
     return f"{value:.4g}"
 
 

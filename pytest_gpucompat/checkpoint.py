@@ -1,0 +1,271 @@
+"""What a checkpoint directory is, read from its files without loading it: its identity and its size.
+
+Golden outputs are only comparable on the same model, so a golden file names the model by content: one digest of
+the weights (every tensor's name, dtype, shape and bytes, whatever the sharding), one of the config keys that
+change the computation but not the weights' shapes (rope, norms, heads, activation, sliding window), one of the
+tokenizer (vocabulary, merges, added tokens). Files a transformers version rewrites differently (the whole
+config.json, tokenizer.json's layout) are not hashed as bytes, so a model built from the same seed on a runner
+with another transformers version keeps its identity. Hashing a large checkpoint takes a while: the result is
+cached on disk, keyed by the files' sizes and modification times. No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .paths import cache_dir
+
+IDENTITY_VERSION = 1
+"""Bumped whenever a digest below is computed differently (old cache entries and golden files then differ)."""
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model")
+_CHUNK = 8 * 1024 * 1024
+_MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on its JSON header
+SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
+                     "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8}
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """A checkpoint named by content: sha256 hex digests of its weights, computation config and tokenizer."""
+
+    name: str
+    weights: str
+    config: str
+    tokenizer: str | None
+
+    @property
+    def digest(self) -> str:
+        """One digest of the three parts (the name is not part of it: a renamed directory is the same model)."""
+        return _sha256(f"{self.weights}|{self.config}|{self.tokenizer}".encode())
+
+    def differences(self, other: ModelIdentity) -> list[str]:
+        """What differs from ``other``, in the words a refusal uses: `tokenizer`, `weights`, `config`."""
+        return [part for part in ("tokenizer", "weights", "config") if getattr(self, part) != getattr(other, part)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def short(digest: str | None) -> str:
+    """`sha256:1a2b3c4d5e6f` for messages."""
+    return "none" if digest is None else f"sha256:{digest[:12]}"
+
+
+# --------------------------------------------------------------------------- safetensors headers
+
+
+def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """(tensor name -> {dtype, shape, data_offsets}, offset where the data starts) of one .safetensors file.
+
+    ValueError for a file that is not one (too short, a header length beyond the file or the format's limit).
+    """
+    with open(path, "rb") as handle:
+        raw = handle.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path.name}: not a safetensors file (shorter than 8 bytes)")
+        (length,) = struct.unpack("<Q", raw)
+        if length > _MAX_HEADER or length > path.stat().st_size - 8:
+            raise ValueError(f"{path.name}: not a safetensors file (header of {length} bytes)")
+        header = json.loads(handle.read(length))
+    if not isinstance(header, dict):
+        raise ValueError(f"{path.name}: safetensors header is not a mapping")
+    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    return tensors, 8 + length
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files, by name (optimizer and training states left out)."""
+    return sorted(f for f in Path(model_dir).iterdir()
+                  if f.suffix in _WEIGHT_SUFFIXES and f.is_file() and not f.name.startswith(("optimizer", "training")))
+
+
+def parameter_count(model_dir: str | os.PathLike[str]) -> int | None:
+    """Parameters of the checkpoint from its safetensors headers (nothing loaded); None without safetensors files or
+    with one that cannot be read."""
+    files = [f for f in weight_files(Path(model_dir)) if f.suffix == ".safetensors"]
+    if not files:
+        return None
+    total = 0
+    try:
+        for path in files:
+            tensors, _ = safetensors_header(path)
+            total += sum(math.prod(int(d) for d in t.get("shape", ())) for t in tensors.values())
+    except (OSError, ValueError, TypeError):
+        return None
+    return total
+
+
+# --------------------------------------------------------------------------- the three digests
+
+
+def weights_digest(model_dir: Path) -> str:
+    """Every tensor's name, dtype, shape and bytes, in name order across all shards; files of other formats by
+    name and bytes. ValueError for a directory without weight files."""
+    files = weight_files(model_dir)
+    if not files:
+        raise ValueError(f"{model_dir}: no weight files ({', '.join(_WEIGHT_SUFFIXES)})")
+    entries: list[tuple[str, str]] = []
+    for path in files:
+        if path.suffix == ".safetensors":
+            entries += _safetensors_entries(path)
+        else:
+            entries.append((f"file:{path.name}", _file_digest(path)))
+    return _sha256("\n".join(f"{name}\t{digest}" for name, digest in sorted(entries)).encode())
+
+
+def _safetensors_entries(path: Path) -> list[tuple[str, str]]:
+    tensors, start = safetensors_header(path)
+    out = []
+    with open(path, "rb") as handle:
+        for name, info in sorted(tensors.items(), key=lambda kv: kv[1].get("data_offsets", [0])[0]):
+            begin, end = (int(x) for x in info["data_offsets"])
+            handle.seek(start + begin)
+            h = hashlib.sha256()
+            left = end - begin
+            while left > 0:
+                chunk = handle.read(min(_CHUNK, left))
+                if not chunk:
+                    raise ValueError(f"{path.name}: tensor {name} runs past the end of the file")
+                h.update(chunk)
+                left -= len(chunk)
+            out.append((name, f"{info.get('dtype')}|{list(info.get('shape', ()))}|{h.hexdigest()}"))
+    return out
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def computation_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config keys that change what the model computes but not its weights' shapes, normalized across the
+    spellings of transformers versions (`rope_theta` or `rope_parameters`, an implicit `head_dim`, a sliding window
+    that is off or wider than the model's context)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    rope = dict(text.get("rope_parameters") or {}) if isinstance(text.get("rope_parameters"), Mapping) else {}
+    theta = rope.pop("rope_theta", None)
+    theta = text.get("rope_theta", theta)
+    scaling = text.get("rope_scaling") or rope or None
+    if isinstance(scaling, Mapping) and len(scaling) == 1 and "default" in (scaling.get("rope_type"),
+                                                                              scaling.get("type")):
+        scaling = None
+    heads = text.get("num_attention_heads")
+    hidden = text.get("hidden_size")
+    head_dim = text.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and
+                                        heads else None)
+    window = text.get("sliding_window")
+    context = text.get("max_position_embeddings")
+    if text.get("use_sliding_window") is False or (isinstance(window, int) and isinstance(context, int)
+                                                   and window >= context):
+        window = None
+    eps = text.get("rms_norm_eps", text.get("layer_norm_eps"))
+    return {
+        "model_type": text.get("model_type", config.get("model_type")),
+        "architectures": config.get("architectures"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": text.get("num_key_value_heads") or heads,
+        "head_dim": head_dim,
+        "hidden_act": text.get("hidden_act"),
+        "norm_eps": None if eps is None else float(eps),
+        "rope_theta": None if theta is None else float(theta),
+        "rope_scaling": scaling,
+        "sliding_window": window,
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+    }
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    """config.json as a mapping; ValueError when it is missing or not a JSON mapping."""
+    try:
+        data = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{model_dir}: cannot read config.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{model_dir}: config.json is not a mapping")
+    return data
+
+
+def config_digest(model_dir: Path) -> str:
+    return _sha256(json.dumps(computation_config(read_config(model_dir)), sort_keys=True).encode())
+
+
+def tokenizer_digest(model_dir: Path) -> str | None:
+    """tokenizer.json's vocabulary, merges (either spelling) and added tokens; a sentencepiece or vocab file by its
+    bytes; None for a checkpoint without a tokenizer. The normalizer, pre-tokenizer and chat template are left out:
+    what they change shows in the prompt ids, which a golden file names by their own digest."""
+    path = Path(model_dir)
+    fast = path / "tokenizer.json"
+    if fast.is_file():
+        data = json.loads(fast.read_text(encoding="utf-8"))
+        model = data.get("model") or {}
+        vocab = model.get("vocab")
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or ()]
+        canonical = {
+            "type": model.get("type"),
+            "vocab": sorted(vocab.items()) if isinstance(vocab, dict) else vocab,
+            "merges": merges,
+            "added": sorted((t.get("id"), t.get("content"), bool(t.get("special")))
+                            for t in data.get("added_tokens") or ()),
+        }
+        return _sha256(json.dumps(canonical, sort_keys=True, ensure_ascii=False).encode())
+    found = [f for f in _TOKENIZER_FILES[1:] if (path / f).is_file()]
+    if not found:
+        return None
+    return _sha256("\n".join(f"{f}\t{_file_digest(path / f)}" for f in found).encode())
+
+
+# --------------------------------------------------------------------------- identity, cached
+
+
+def _stamp(model_dir: Path) -> str:
+    """What the cached identity depends on: the directory and its relevant files' names, sizes and times."""
+    names = [f for f in (*weight_files(model_dir), model_dir / "config.json",
+                         *(model_dir / t for t in _TOKENIZER_FILES)) if f.is_file()]
+    parts = [str(model_dir.resolve()), str(IDENTITY_VERSION)]
+    for f in names:
+        st = f.stat()
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return _sha256("\n".join(parts).encode())
+
+
+def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None) -> ModelIdentity:
+    """The checkpoint's identity (ValueError for a directory that is no checkpoint). Cached on disk under the
+    cache directory's ``identity/``, keyed by the files' sizes and times: hashing 15 GB of weights takes a minute."""
+    path = Path(model_dir)
+    root = (cache if cache is not None else cache_dir()) / "identity"
+    entry = root / f"{_stamp(path)}.json"
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        data = json.loads(entry.read_text(encoding="utf-8"))
+        return ModelIdentity(name=path.name, weights=data["weights"], config=data["config"],
+                             tokenizer=data["tokenizer"])
+    identity = ModelIdentity(name=path.name, weights=weights_digest(path), config=config_digest(path),
+                             tokenizer=tokenizer_digest(path))
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(identity.to_dict(), sort_keys=True), encoding="utf-8")
+        os.replace(tmp, entry)
+    return identity
+
+
+def digest_of(values: Iterable[Any]) -> str:
+    """sha256 of a value's canonical JSON (prompt ids, a prompt set)."""
+    return _sha256(json.dumps(list(values), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())

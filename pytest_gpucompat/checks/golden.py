@@ -1,0 +1,82 @@
+"""A cell's generations judged against golden outputs recorded on another runner (or engine, or version).
+
+The same metrics and thresholds as the precision suite (checks.compare, matrices/thresholds.yaml per dtype class),
+recorded under their own names so that a report keeps both: ``golden_*`` against the golden file's reference
+(widened to the `bfloat16-reference` class when that reference ran in bfloat16), ``golden_cell_*`` against the
+same cell as recorded there (informative: how far this runner moved from the recording runner's run of the very
+same engine and parameters). Pure: no engine, no file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engines.base import Generation
+from ..golden import GoldenFile, Recorded
+from .compare import DriftMetrics, compare_generations, thresholds_for, verdict_drift
+
+PREFIX = "golden_"
+CELL_PREFIX = "golden_cell_"
+DRIFT_NAMES = ("max_abs_logprob_delta", "mean_abs_logprob_delta", "token_agreement", "logprobs_close",
+               "first_divergence")
+"""What is recorded under each prefix (checks.compare's figures, plus the earliest first divergence)."""
+
+
+@dataclass(frozen=True)
+class GoldenVerdict:
+    """The cell against a golden file: passed or not, one line, and the figures to record."""
+
+    compared: bool
+    """False when the file holds neither a reference nor this cell: nothing was judged."""
+    passed: bool
+    message: str
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def drift_figures(metrics: DriftMetrics, prefix: str) -> dict[str, float]:
+    """The figures a report keeps of one comparison; `first_divergence` is the earliest position where any prompt
+    diverged (the generation length when none did)."""
+    earliest = min((p.first_divergence if p.first_divergence is not None else p.compared_positions
+                    for p in metrics.per_prompt), default=0)
+    return {
+        prefix + "max_abs_logprob_delta": float(metrics.max_abs_logprob_delta),
+        prefix + "mean_abs_logprob_delta": float(metrics.mean_abs_logprob_delta),
+        prefix + "token_agreement": float(metrics.token_agreement),
+        prefix + "logprobs_close": 1.0 if metrics.logprobs_close else 0.0,
+        prefix + "first_divergence": float(earliest),
+    }
+
+
+def _origin(rec: Recorded) -> str:
+    """`float32-cpu reference, hf 5.24.0, on ci-cpu`: what the cell was compared with."""
+    parts = [f"{rec.kind} reference" if rec.kind else "the same cell as recorded"]
+    if rec.version:
+        parts.append(f"{rec.engine} {rec.version}")
+    if rec.runner:
+        parts.append(f"on {rec.runner}")
+    return ", ".join(parts)
+
+
+def judge(golden: GoldenFile, cell_id: str, candidate: Sequence[Generation], dtype_key: str,
+          table: Mapping[str, Mapping[str, Any]] | None = None) -> GoldenVerdict:
+    """Compare ``candidate`` with the golden reference (the verdict) and with the golden run of the same cell
+    (figures only); without a golden reference, the golden cell gives the verdict."""
+    name = Path(golden.source).name or "golden"
+    figures: dict[str, float] = {}
+    same = golden.cells.get(cell_id)
+    if same is not None:
+        figures.update(drift_figures(compare_generations(same.generations, candidate, golden.top_n), CELL_PREFIX))
+    target = golden.reference if golden.reference is not None else same
+    if target is None:
+        return GoldenVerdict(False, True, f"{name} has no reference and no cell {cell_id}: nothing to compare", figures)
+    metrics = compare_generations(target.generations, candidate, golden.top_n)
+    if target is golden.reference:
+        figures.update(drift_figures(metrics, PREFIX))
+        thresholds = thresholds_for(dtype_key, table, reference=target.dtype or "float32")
+    else:
+        thresholds = thresholds_for(dtype_key, table)
+    ok, message = verdict_drift(metrics, thresholds)
+    return GoldenVerdict(True, ok, f"against {name} ({_origin(target)}): {message}", figures)
