@@ -164,10 +164,12 @@ def build_run_state(config: pytest.Config) -> RunState:
     else:
         fp = fpmod.collect(settings.runner)
         what_if = False
+    golden = None
     try:  # golden files and a prompts file are checked before anything runs: a bad one is one line, not N failures
-        from .golden_run import GoldenRun
+        if settings.golden or settings.record_golden:  # imported only when asked: every run pays for an import
+            from .golden_run import GoldenRun
 
-        golden = GoldenRun.load(settings.golden, settings.record_golden, fp.name, fp.summary())
+            golden = GoldenRun.load(settings.golden, settings.record_golden, fp.name, fp.summary())
         if settings.prompts:
             from .prompts import load_prompts_file
 
