@@ -377,6 +377,15 @@ def load(path: str | os.PathLike[str]) -> dict[str, Fingerprint]:
     return {fp.name or Path(source).stem: fp}
 
 
+def from_report(data: Mapping[str, Any], source: str, runner: str) -> Fingerprint:
+    """A runner's fingerprint as a report records it: what the run added (``what_if``, ``host``, ``workers``) and
+    packages recorded as not installed (null) are not facts of the machine; the rest is validated as usual."""
+    known = {k: v for k, v in data.items() if k in _TOP_KEYS}
+    if isinstance(known.get("packages"), Mapping):
+        known["packages"] = {k: v for k, v in known["packages"].items() if v is not None}
+    return from_dict(known, source, f"runners.{runner}", default_name=runner)
+
+
 def _field(prefix: str | None, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 

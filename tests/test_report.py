@@ -143,7 +143,9 @@ def every_outcome_cells(runner: str) -> list[dict[str, Any]]:
         ),
         cell(N_TP, "xpassed", runner, rules=[BROKEN["id"]], findings=[BROKEN]),
         cell(N_NEW, "not-covered", runner, axes={"vllm": "0.27.1"}, reason="covered by another runner"),
-        cell(N_START, "error", runner, reason="RuntimeError: CUDA error: no kernel image"),
+        cell(N_START, "error", runner, reason="RuntimeError: CUDA error: no kernel image",
+             explained_by=[{"id": "vllm-requires-cc70", "severity": "broken", "confidence": "upstream",
+                            "failure": "error-at-start", "summary": "vLLM needs cc 7.0", "workaround": None}]),
         cell(N_XF, "xfailed", runner, reason="known bad", rules=[BROKEN["id"]], findings=[BROKEN]),
         cell(N_SKIP, "skipped", runner, reason="needs a V100"),
     ]
@@ -291,6 +293,13 @@ BAD_CASES = [
     ("missing nodeid", lambda d: d["cells"][2].pop("nodeid"), "$.cells[2].nodeid"),
     ("rule not a string", lambda d: d["cells"][1].update(rules=[1]), "$.cells[1].rules[0]"),
     ("exitstatus float", lambda d: d.update(exitstatus=1.5), "$.exitstatus"),
+    ("explained_by id missing", lambda d: d["cells"][4]["explained_by"][0].pop("id"), "$.cells[4].explained_by[0].id"),
+    (
+        "explained_by bad confidence",
+        lambda d: d["cells"][4]["explained_by"][0].update(confidence="sure"),
+        "$.cells[4].explained_by[0].confidence",
+    ),
+    ("explained_by not a list", lambda d: d["cells"][4].update(explained_by="x"), "$.cells[4].explained_by"),
 ]
 
 
@@ -383,8 +392,11 @@ def test_markdown_summary() -> None:
     assert "**14 cells** (7 test items) on **2 runners**" in md
     assert "> [!WARNING]" in md
     assert "| Test | Engine | Params | runner-a | runner-b |" in md
-    for word in ("passed", "**FAILED**", "**XPASS**", "xfailed", "skipped", "**ERROR**", "not covered"):
+    for word in ("passed", "**FAILED**", "**XPASS**", "xfailed", "skipped", "not covered"):
         assert f"| {word} |" in md
+    assert "| **ERROR** (known issue `vllm-requires-cc70`) |" in md  # a failure a rule's signature identifies
+    assert ": error: RuntimeError: CUDA error: no kernel image. Matches known issue `vllm-requires-cc70`: vLLM needs " \
+           "cc 7.0" in md
     # Failures: reason on one line, escaped, with rule ids.
     assert "FP8 \\| \\<b\\>unsupported\\</b\\> line 2" in md
     assert f"Rules: `{BROKEN['id']}`" in md

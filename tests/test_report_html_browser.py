@@ -95,6 +95,9 @@ def _report() -> Report:
                     "metrics": {"tokens_per_s": 800.0 + i, "ttft_s": 0.012},
                     "duration_s": 1.0 + i,
                     "log_tail": "line 1\n\x1b[31mERROR\x1b[0m crash" if i == 1 else None,
+                    "explained_by": [{"id": "vllm-requires-cc70", "severity": "broken", "confidence": "upstream",
+                                      "summary": "no kernels <script>alert(1)</script>", "workaround": "use a V100"}]
+                    if i == 1 and outcome in ("failed", "error") else [],
                     "worker": "gw0",
                     "runner": runner,
                     "when": "call",
@@ -162,8 +165,9 @@ def test_page_runs_without_errors_and_click_shows_details(page: Path, tmp_path: 
     # The detail panel is open and shows the clicked cell's details (built from the JSON, escaped).
     panel = re.search(r'<aside id="detail"([^>]*)>(.*?)</aside>', dom, re.S)
     assert panel is not None and "hidden" not in panel.group(1)
-    for heading in ("Reason", "Rules", "Findings", "Metrics", "Other", "Log tail"):
+    for heading in ("Reason", "Known issue", "Rules", "Findings", "Metrics", "Other", "Log tail"):
         assert f">{heading}<" in panel.group(2)
+    assert "matches known issue" in panel.group(2) and "Workaround: use a V100" in panel.group(2)
     assert "FLASHINFER" in panel.group(2)
     assert "&lt;img src=x onerror=alert(1)&gt;" in panel.group(2) and "\x1b" not in panel.group(2)
     assert "<img src=x" not in dom and "<script>alert(1)" not in dom

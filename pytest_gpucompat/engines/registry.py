@@ -154,6 +154,18 @@ def kb_engine_names() -> tuple[str, ...]:
     return tuple(d.name for d in _REGISTRY.values() if d.kb)
 
 
+def kb_engine_of(engine: str | None, params: Mapping[str, Any]) -> str | None:
+    """The engine a knowledge-base rule would name for a cell: the cell's own, or the engine whose server an
+    `openai` cell starts (its `server` parameter); unchanged when neither is one rules may name."""
+    names = kb_engine_names()
+    if engine in names:
+        return engine
+    server = params.get("server")
+    if isinstance(server, str) and server.strip().lower() in names:
+        return server.strip().lower()
+    return engine
+
+
 def server_names() -> tuple[str, ...]:
     """Engines whose OpenAI-compatible server the `openai` engine can start."""
     return tuple(d.name for d in _REGISTRY.values() if d.server is not None)

@@ -9,7 +9,9 @@ Modules, in the order data flows through them:
 - ``index``: ``matching_rules``, every rule at once through bit masks built from ``match``'s functions;
 - ``verdicts``: what matched rules do (``Finding``, ``Decision``, the policy);
 - ``evaluate``: the one pipeline, ``evaluate_cell`` (pytest, fleet preview) and ``evaluate_machine`` (check);
-- ``check``: ``gpucompat check``'s text and JSON; ``lint``: ``gpucompat rules --lint``.
+- ``check``: ``gpucompat check``'s text and JSON; ``lint``: ``gpucompat rules --lint``;
+- ``signatures`` (with ``regex_safety``): which known issue a failed cell is, by the rules' ``signature``;
+  ``propose`` (with ``failure_modes``): the rule ``gpucompat explain`` proposes for a failure no rule explains.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .schema import (
     Source,
     filter_rules,
 )
+from .signatures import Failure, explaining_rules
 from .verdicts import Decision, Finding, cell_findings, concerns_cell, confirmed, decide, finding_for, findings_for
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "Conditions",
     "Decision",
     "Facts",
+    "Failure",
     "Finding",
     "KnowledgeBase",
     "ParamCondition",
@@ -61,6 +65,7 @@ __all__ = [
     "describe_runner",
     "evaluate_cell",
     "evaluate_machine",
+    "explaining_rules",
     "filter_rules",
     "finding_for",
     "findings_for",

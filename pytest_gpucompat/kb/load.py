@@ -34,9 +34,10 @@ from .schema import (
     Source,
     norm_value,
 )
+from .signatures import compile_signature
 
-_RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "workaround", "flags",
-              "confidence", "claims", "note", "sources"}
+_RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
+              "flags", "confidence", "claims", "note", "sources"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
 _WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
               "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs"}
@@ -178,6 +179,9 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         parsed_sources.append(Source(kind=s["kind"], ref=_opt_str(s["ref"], fail, f"sources[{i}].ref") or ""))
     if raw["confidence"] == "verified" and not any(s.kind == "report" for s in parsed_sources):
         raise fail("confidence", "'verified' needs a source of kind 'report'")
+    signature = compile_signature(raw.get("signature"), fail)
+    if signature and raw["failure"] == "none":
+        raise fail("signature", "identifies a failure, and failure 'none' says nothing fails")
     claims = _str_list(raw.get("claims"), fail, "claims")
     for c in claims:
         if not _CLAIM.match(c):
@@ -197,6 +201,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         claims=tuple(claims),
         note=_opt_str(raw.get("note"), fail, "note"),
         file=source,
+        signature=signature,
     )
 
 

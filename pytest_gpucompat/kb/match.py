@@ -115,6 +115,7 @@ class MachineCondition:
     fact: Callable[[Facts], Any]  # the machine's value
     key: Callable[[Any], Hashable]  # a cache key two values share only when ``holds`` treats them alike
     holds: Callable[[Conditions, Any], bool]
+    known: Callable[[Facts], bool] = lambda f: True  # whether the fingerprint has the fact (``contradiction``)
 
 
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
@@ -129,13 +130,14 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
                      lambda w, v: spec_holds(w.cuda_runtime, v)),
     MachineCondition("gpu_count", ("gpu_count",),
                      lambda w: w.gpu_count is not None, lambda f: f.gpu_count, _vkey,
-                     lambda w, v: spec_holds(w.gpu_count, v)),
+                     lambda w, v: spec_holds(w.gpu_count, v), known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
     MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
                      lambda w: w.has_gpu_condition, lambda f: f.gpus,
-                     lambda gpus: tuple((n, a, _vkey(c), _vkey(m)) for n, a, c, m in gpus), gpus_hold),
+                     lambda gpus: tuple((n, a, _vkey(c), _vkey(m)) for n, a, c, m in gpus), gpus_hold,
+                     known=lambda f: bool(f.gpus)),
 )
 
 PACKAGE_FIELDS = ("packages",)  # judged by package_holds, per package
@@ -275,6 +277,39 @@ def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[s
         and params_hold(w, params)
         and needs_hold(w, facts, params)
     )
+
+
+def contradiction(rule: Rule, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> str | None:
+    """The first condition of ``rule`` that a known fact of a cell contradicts, as its field (``engine``,
+    ``when.driver``, ``when.packages.vllm``, ``when.params.dtype``, ``when.needs.gpus``), or None.
+
+    ``rule_matches`` with unknown facts taken to hold: a field the fingerprint lacks, a package it did not list, a
+    parameter the cell does not record. Explaining a failure asks this, since the failure's own text is the
+    evidence and a report records only part of what the engine was started with."""
+    if rule.engine is not None and engine != rule.engine:
+        return "engine"
+    w = rule.when
+    for cond in MACHINE_CONDITIONS:
+        if cond.tested(w):
+            value = cond.fact(facts)
+            if value is not None and cond.known(facts) and not cond.holds(w, value):
+                return "when." + next(f for f in cond.fields if getattr(w, f) not in (None, ()))
+    for name, _ in w.packages:
+        version = facts.packages.get(name)
+        if version is not None and not package_holds(w, name, version):
+            return f"when.packages.{name}"
+    for name in param_names(w):
+        if name in params and not param_holds(w, name, params):
+            return "when.model" if name == "model" and w.model else f"when.params.{name}"
+    if w.needs_gpus:
+        need = gpus_needed(w.needs_gpus, params)
+        if need is not None and facts.gpus and need <= len(facts.gpus):
+            return "when.needs.gpus"
+    if w.needs_memory:
+        need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
+        if need_mib is not None and have is not None and need_mib <= have:
+            return "when.needs.gpu_memory_mib"
+    return None
 
 
 # --------------------------------------------------------------------------- explaining a match

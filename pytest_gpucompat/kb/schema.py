@@ -6,6 +6,7 @@ reads it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,9 @@ class Rule:
     claims: tuple[str, ...] = ()
     note: str | None = None
     file: str = ""
+    # regular expressions, compiled on load (kb/signatures.py): any of them in a failed cell's reason or log tail
+    # identifies the failure as this rule's
+    signature: tuple[re.Pattern[str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""`gpucompat report | merge | diff`: thin commands over the report modules.
+"""`gpucompat report | merge | diff | explain`: thin commands over the report modules.
 
-Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression
-(diff only), 2 bad input or an output that cannot be written.
+Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression (diff)
+or a failure no rule explains (explain), 2 bad input or an output that cannot be written.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..options import CLI, add_options
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
+EXIT_UNEXPLAINED = 1
 EXIT_BAD_INPUT = 2
 
 #: The output formats of `gpucompat report`, in the order they are written: `--NAME FILE` -> (module of this
@@ -130,6 +131,34 @@ def cmd_diff(
     return EXIT_REGRESSED if result.regressed else EXIT_OK
 
 
+def cmd_explain(
+    path: str | os.PathLike[str],
+    kb: Sequence[str | os.PathLike[str]] = (),
+    builtin: bool = True,
+    as_json: bool = False,
+) -> int:
+    """Which known issue each failed or errored cell is; a proposed rule for the others. Exit 0 when every failure
+    is explained (or there is none), 1 when some are not, 2 on bad input."""
+    import json
+
+    from ..errors import InputError
+    from ..kb import load_kb
+    from ..kb.failure_modes import load_failure_modes
+    from .explain import explain_report, explanation_json, format_explanation
+    from .io import load_report
+    from .model import ReportError
+
+    source = os.fspath(path)
+    try:
+        report = load_report(source)
+        result = explain_report(report, load_kb(kb, builtin=builtin), source, load_failure_modes())
+    except (ReportError, InputError) as exc:
+        return _error("explain", str(exc))
+    sys.stdout.write(json.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
+                     else format_explanation(result))
+    return EXIT_UNEXPLAINED if result.unexplained else EXIT_OK
+
+
 def _run_report(args: argparse.Namespace) -> int:
     return cmd_report(args.report, **{name: getattr(args, name) for name in FORMATS})
 
@@ -142,8 +171,12 @@ def _run_diff(args: argparse.Namespace) -> int:
     return cmd_diff(args.baseline, args.current, args.compare_fail or [])
 
 
+def _run_explain(args: argparse.Namespace) -> int:
+    return cmd_explain(args.report, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json)
+
+
 def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register `report`, `merge` and `diff`; each sets `func(args) -> int` as its default."""
+    """Register `report`, `merge`, `diff` and `explain`; each sets `func(args) -> int` as its default."""
     p = subparsers.add_parser(
         "report",
         help="render a report as HTML, Markdown or JUnit XML",
@@ -176,3 +209,16 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
     p.add_argument("current", help="current report JSON")
     add_options(p.add_argument, "", CLI["diff"], cli=True)
     p.set_defaults(func=_run_diff)
+
+    p = subparsers.add_parser(
+        "explain",
+        help="say which known issue each failed cell of a report is; propose a rule for the others",
+        description="Group the failed and errored cells of REPORT by the knowledge-base rule whose signature their "
+        "reason or log tail matches (with its workaround); for the others print a proposed rule (YAML, "
+        "confidence verified, citing REPORT) to check and commit. Exit 0 when every failure is explained, 1 when "
+        "some are not, 2 on bad input.",
+    )
+    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    add_options(p.add_argument, "", CLI["explain"], cli=True)
+    p.add_argument("--json", action="store_true", help="print JSON only")
+    p.set_defaults(func=_run_explain)

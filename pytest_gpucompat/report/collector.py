@@ -102,6 +102,7 @@ class ReportCollector:
         outcome, reason = _outcome(report, payload)
         if outcome is not None and _should_replace(cell, report.when, outcome):
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
+        self._explain(cell)
 
     def _crashed(self, report: pytest.TestReport, reason: str) -> None:
         """xdist's report of an item whose worker died: it carries no payload, so a cell that sent no report yet
@@ -114,6 +115,24 @@ class ReportCollector:
                 return
             cell = self.cells[report.nodeid] = self._new_cell(report, payload)
         cell["outcome"], cell["reason"], cell["when"] = "failed", reason, when
+        self._explain(cell)
+
+    def _explain(self, cell: dict[str, Any]) -> None:
+        """A failed or errored cell whose reason or log tail matches a rule's signature says which known issue it
+        is (``explained_by``); judged again only when what it says changed."""
+        if cell["outcome"] not in ("failed", "error"):
+            cell.pop("explained_by", None)
+            return
+        said = (cell["reason"], cell.get("log_tail"), cell.get("when"))
+        if cell.get("_explained") == said:
+            return
+        from ..kb.signatures import Failure, explained_by_entry, explaining_rules
+
+        failure = Failure(fingerprint=self.state.fingerprint, engine=cell.get("engine"),
+                          params=cell.get("params") or {}, reason=cell["reason"], log_tail=cell.get("log_tail"),
+                          phase=cell.get("when"))
+        cell["explained_by"] = [explained_by_entry(r) for r in explaining_rules(self.state.kb.rules, failure)]
+        cell["_explained"] = said
 
     def _collected_payload(self, worker: str | None, nodeid: str) -> dict[str, Any] | None:
         """The payload ``share_cells`` left for ``nodeid``: None when it is no cell, ``{}`` when nothing was left
@@ -200,6 +219,7 @@ class ReportCollector:
         cells = []
         for cell in self.cells.values():
             data = dict(cell)
+            data.pop("_explained", None)
             data["runner"] = runner
             if data["outcome"] == "error" and not data.get("reason"):
                 data["reason"] = "did not finish: the run was interrupted or its worker died"
@@ -324,6 +344,10 @@ class ReportCollector:
                            if f["severity"] == "degraded" and f.get("confidence") != "documents"})
         if degraded:
             tr.write_line(f"degraded findings attached: {', '.join(degraded)}")
+        for c in cells:
+            for issue in (c.get("explained_by") or [])[:1]:
+                workaround = f"; workaround: {issue['workaround']}" if issue.get("workaround") else ""
+                tr.write_line(f"{c['nodeid']}: matches known issue {issue['id']}{workaround}")
         for c in cells:
             if c["outcome"] in ("failed", "error") and c.get("log_tail"):
                 tr.write_line(f"{c['nodeid']}: engine log tail:")

@@ -145,7 +145,7 @@ def _search_text(row: Mapping[str, CellRecord]) -> str:
         parts += [one_line(cell.reason, 400)]
         parts += [f"{k}={plain(v)}" for k, v in cell.params.items()]
         parts += [f"{k} {plain(v)}" for k, v in cell.axes.items()]
-        parts += list(cell.rules) + [f.id for f in cell.findings]
+        parts += list(cell.rules) + [f.id for f in cell.findings] + [str(x["id"]) for x in cell.explained_by]
     return " ".join(dict.fromkeys(p for p in parts if p)).lower()
 
 
@@ -168,9 +168,12 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
             key=lambda s: SEVERITIES.index(s) if s in SEVERITIES else len(SEVERITIES),
         )
         marks.append(f'<span class="mark sev-{e(worst)}" title="{len(evidence)} finding(s)">{len(evidence)}</span>')
-    rule = rule_of(cell) if state in ("known-bad", "too-big") else None
+    issue = cell.known_issue
+    rule = rule_of(cell) if state in ("known-bad", "too-big") else (str(issue["id"]) if issue else None)
     duration = f"{cell.duration_s:.1f} s" if cell.duration_s is not None and cell.ran else ""
     title = f"{cell.runner}: {STATES[state][1]}" + (f" — {one_line(cell.reason, 160)}" if cell.reason else "")
+    if issue:
+        title += f" — matches known issue {issue['id']}"
     if duration:
         title += f" ({duration})"
     ran_on = host if host and cell.ran else None

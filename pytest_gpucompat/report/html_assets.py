@@ -169,6 +169,13 @@ var where=el('div','muted',c.runner+(data.gpus[c.runner]?' · '+data.gpus[c.runn
 where.style.marginTop='8px';body.appendChild(where);
 body.appendChild(el('div','nodeid',c.nodeid));
 if(c.reason){add('Reason',el('pre','reason',c.reason));}
+if(c.explained_by&&c.explained_by.length){var kl=el('div');c.explained_by.forEach(function(k,i){
+var box=el('div','finding');var h=el('div','fhead');h.appendChild(el('span','sev sev-'+(k.severity||'broken'),
+i?'also matches':'matches known issue'));h.appendChild(el('code',null,k.id));
+if(k.confidence)h.appendChild(el('span','muted',k.confidence));box.appendChild(h);
+if(k.summary)box.appendChild(el('div',null,k.summary));
+if(k.workaround)box.appendChild(el('div',null,'Workaround: '+k.workaround));kl.appendChild(box);});
+add('Known issue',kl);}
 if(c.rules&&c.rules.length){var rl=el('div');c.rules.forEach(function(r){rl.appendChild(el('span','rule',r));});
 add('Rules',rl);}
 if(c.findings&&c.findings.length){var fl=el('div');c.findings.forEach(function(f){var box=el('div','finding');
@@ -191,7 +198,7 @@ if(c.duration_s!==null&&c.duration_s!==undefined)info.duration=c.duration_s.toFi
 if(c.when)info.phase=c.when;if(c.worker)info.worker=c.worker;
 if(Object.keys(info).length)add('Cell',kvTable(info));
 var known=['nodeid','test','engine','params','axes','outcome','reason','rules','findings','metrics','duration_s',
-'log_tail','worker','runner','when'];var other={};Object.keys(c).forEach(function(k){
+'log_tail','worker','runner','when','explained_by'];var other={};Object.keys(c).forEach(function(k){
 if(known.indexOf(k)<0&&c[k]!==null&&c[k]!==undefined)other[k]=c[k];});
 if(Object.keys(other).length)add('Other',kvTable(other));
 if(c.log_tail){add('Log tail',el('pre','log',c.log_tail.replace(/\\x1b\\[[0-9;?]*[ -\\/]*[@-~]/g,'')));}

@@ -75,6 +75,8 @@ def _case_properties(case: ET.Element, cell: CellRecord) -> None:
     for f in cell.findings:
         meta = "/".join(x for x in (f.severity, f.confidence, f.action) if x)
         _prop(props, "finding", f"{f.id} [{meta}]: {f.summary}")
+    for issue in cell.explained_by:
+        _prop(props, "explained_by", issue["id"])
     for name, value in cell.metrics.items():
         _prop(props, f"metric.{name}", "" if value is None else f"{value:.6g}")
     if cell.worker:
@@ -86,10 +88,17 @@ def _outcome_element(case: ET.Element, cell: CellRecord) -> None:
     summary = first_line(reason)
     if cell.outcome in ("failed", "error"):
         tag = "failure" if cell.outcome == "failed" else "error"
-        elem = ET.SubElement(case, tag, {"message": _clean(summary or cell.outcome)})
+        issue = cell.known_issue
+        known = f"matches known issue {issue['id']}" if issue else ""
+        message = f"{summary} ({known})" if summary and known else summary or known or cell.outcome
+        elem = ET.SubElement(case, tag, {"message": _clean(message)})
         body = reason
         if cell.log_tail:
             body = f"{reason}\n\n--- engine log (tail) ---\n{cell.log_tail}" if reason else cell.log_tail
+        if issue:
+            said = "\n".join(f"{label}: {issue[key]}" for label, key in (("summary", "summary"),
+                                                                      ("workaround", "workaround")) if issue.get(key))
+            body = f"{known}\n{said}\n\n{body}".rstrip()
         elem.text = _clean(body)
     elif cell.outcome == "skipped":
         ET.SubElement(case, "skipped", {"type": "pytest.skip", "message": _clean(summary or "skipped")})

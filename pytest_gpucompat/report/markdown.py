@@ -197,6 +197,8 @@ def _cell_text(cell: CellRecord, what_if: bool) -> str:
     if state in ("known-bad", "too-big"):  # a skip a rule decided: say so, and which rule
         rule = rule_of(cell)
         word = STATES[state][0] + (f" ({_code(rule, table=True)})" if rule else "")
+    elif cell.known_issue:  # a failure a rule's signature identifies
+        word += f" (known issue {_code(cell.known_issue['id'], table=True)})"
     if what_if and cell.ran:
         word += " *(ran)*"
     figures = [format_value(key.metric, float(cell.metrics[key.metric]))
@@ -250,7 +252,7 @@ def _tail(report: Report, max_items: int) -> list[str]:
         for cell in failures[:max_items]:
             rules = f" Rules: {', '.join(_code(r) for r in cell.rules)}." if cell.rules else ""
             reason = _text(cell.reason) if cell.reason else "no reason recorded"
-            out.append(f"- {_where(cell)}: {cell.outcome}: {reason}.{rules}")
+            out.append(f"- {_where(cell)}: {cell.outcome}: {reason}.{rules}{_known_issue(cell)}")
         if len(failures) > max_items:
             out.append(f"- … and {len(failures) - max_items} more")
         out.append("")
@@ -266,6 +268,16 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- … and {len(uncovered) - max_items} more")
         out.append("")
     return out
+
+
+def _known_issue(cell: CellRecord) -> str:
+    """" Matches known issue `id`: summary; workaround: ..." for a failure a rule's signature identifies."""
+    issue = cell.known_issue
+    if not issue:
+        return ""
+    text = f" Matches known issue {_code(issue['id'])}" + (f": {_text(issue['summary'])}" if issue.get("summary")
+                                                          else "")
+    return text + (f"; workaround: {_text(issue['workaround'])}" if issue.get("workaround") else "")
 
 
 def _findings_section(report: Report, max_items: int) -> list[str]:

@@ -118,6 +118,8 @@ class CellRecord:
     worker: str | None = None
     runner: str
     when: str | None = None
+    # the knowledge-base rules whose signature a failed or errored cell's reason or log tail matches (best first)
+    explained_by: tuple[Mapping[str, Any], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _KEYS = (
@@ -137,6 +139,7 @@ class CellRecord:
         "worker",
         "runner",
         "when",
+        "explained_by",
     )
 
     def __post_init__(self) -> None:
@@ -156,6 +159,7 @@ class CellRecord:
         object.__setattr__(self, "metrics", {str(k): _finite(v) for k, v in self.metrics.items()})
         object.__setattr__(self, "series", {str(k): tuple(_finite(x) for x in v) for k, v in self.series.items()})
         object.__setattr__(self, "duration_s", _finite(self.duration_s))
+        object.__setattr__(self, "explained_by", tuple(dict(e) for e in self.explained_by))
         object.__setattr__(self, "extra", dict(self.extra))
 
     @property
@@ -181,9 +185,15 @@ class CellRecord:
             "worker": self.worker,
             "runner": self.runner,
             "when": self.when,
+            **({"explained_by": [dict(e) for e in self.explained_by]} if self.explained_by else {}),
         }
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
+
+    @property
+    def known_issue(self) -> Mapping[str, Any] | None:
+        """The rule that explains this cell's failure (the first of ``explained_by``), or None."""
+        return self.explained_by[0] if self.explained_by else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, runner: str | None = None) -> CellRecord:
@@ -215,6 +225,7 @@ class CellRecord:
             worker=data.get("worker"),
             runner=str(data.get("runner") or runner or ""),
             when=data.get("when"),
+            explained_by=tuple(data.get("explained_by") or ()),
             extra=extra,
         )
 

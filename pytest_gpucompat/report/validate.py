@@ -130,6 +130,16 @@ def _check_finding(finding: Any, path: str) -> None:
     _optional(finding, path, "summary", "string", "null")
 
 
+def _check_explanation(entry: Any, path: str) -> None:
+    _type(entry, path, "object")
+    _required(entry, path, ("id",))
+    _type(entry["id"], _child(path, "id"), "string")
+    _enum(entry.get("severity"), _child(path, "severity"), SEVERITIES, nullable=True)
+    _enum(entry.get("confidence"), _child(path, "confidence"), CONFIDENCES, nullable=True)
+    for key in ("failure", "summary", "workaround"):
+        _optional(entry, path, key, "string", "null")
+
+
 def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
     _type(cell, path, "object")
     _required(cell, path, ("nodeid", "outcome", "runner"))
@@ -152,6 +162,9 @@ def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
     _optional(cell, path, "findings", "array")
     for i, finding in enumerate(cell.get("findings") or ()):
         _check_finding(finding, _child(_child(path, "findings"), i))
+    _optional(cell, path, "explained_by", "array")
+    for i, entry in enumerate(cell.get("explained_by") or ()):
+        _check_explanation(entry, _child(_child(path, "explained_by"), i))
     _optional(cell, path, "metrics", "object")
     for name, value in (cell.get("metrics") or {}).items():
         _type(value, _child(_child(path, "metrics"), name), "number", "null")
