@@ -543,12 +543,22 @@ PACKING_SELECT = "(hf or vllm) and not openai"
 EXCLUSIVE_SUITE = "suites/test_memory.py"  # declares exclusive=True: its cells run alone either way
 
 
-def _run_suites(argv: Sequence[str], report_path: Path, timeout: int) -> dict[str, Any]:
+MEMORY_SHARES = """
+def pytest_gpucompat_cell_exclusive(config, item):
+    return False if item.nodeid.startswith("suites/test_memory.py") else None
+"""
+"""A plugin for the packed run with ``--packing-memory-shared``: the memory suite shares the GPU (its engine lives
+hold the GPU's start gate and their memory, other workers' engines keep generating beside them)."""
+
+
+def _run_suites(argv: Sequence[str], report_path: Path, timeout: int,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
     """One whole pytest process: its wall time and its report (None with the reason when it wrote none)."""
     _log(f"packing: {' '.join(argv[1:])}")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(list(argv), cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(argv), cwd=ROOT, env=env or _child_env(), capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"wall_s": None, "report": None, "reason": f"ran past {timeout} s"}
     wall = time.perf_counter() - t0
@@ -594,8 +604,10 @@ def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str,
 
 
 def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu: str = "auto",
-                  select: str = PACKING_SELECT, keep_reports: str | None = None) -> dict[str, Any]:
-    """The same cells serial, then packed onto shared GPUs, each as one pytest process (GPU only)."""
+                  select: str = PACKING_SELECT, keep_reports: str | None = None,
+                  memory_shared: bool = False) -> dict[str, Any]:
+    """The same cells serial, then packed onto shared GPUs (and, with ``memory_shared``, packed with the memory
+    suite sharing too), each as one pytest process (GPU only)."""
     ok, what = _gpu_present()
     if not ok:
         return {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None, "gpu_packing_speedup_reason": what}
@@ -603,28 +615,37 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
         from pytest_gpucompat.models import resolve_models
 
         resolve_models(["tiny-qwen2"])
+    packed = ["-n", "auto", "--gpucompat-workers-per-gpu", workers_per_gpu]
+    variants = [("serial", ["-p", "no:xdist"]), ("packed", packed)]
+    if memory_shared:
+        variants.append(("packed_memory_shared", [*packed, "-p", "gpucompat_bench_memory_shares"]))
     with tempfile.TemporaryDirectory(prefix="gpucompat-bench-packing-") as tmp:
+        (Path(tmp) / "gpucompat_bench_memory_shares.py").write_text(MEMORY_SHARES)
+        env = _child_env({"PYTHONPATH": os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)})
         runs: dict[str, dict[str, Any]] = {}
-        for name, xdist in (("serial", ["-p", "no:xdist"]),
-                            ("packed", ["-n", "auto", "--gpucompat-workers-per-gpu", workers_per_gpu])):
+        for name, args in variants:
             report_path = Path(tmp) / f"{name}.json"
             argv = [sys.executable, "-m", "pytest", "--gpucompat", *PACKING_SUITES, "-k", select, "-p",
-                    "no:cacheprovider", "-q", "--gpucompat-report", str(report_path), *xdist, *extra_args]
-            runs[name] = {"argv": argv[1:], **_run_suites(argv, report_path, timeout)}
+                    "no:cacheprovider", "-q", "--gpucompat-report", str(report_path), *args, *extra_args]
+            runs[name] = {"argv": argv[1:], **_run_suites(argv, report_path, timeout, env)}
             if keep_reports and report_path.exists():
                 Path(keep_reports).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(report_path, Path(keep_reports) / report_path.name)
-    serial, packed = runs["serial"], runs["packed"]
     reports = {k: v.pop("report") for k, v in runs.items()}
     out: dict[str, Any] = {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None,
                            "packing": {"gpus": what, "select": select, **runs}}
+    serial = runs["serial"]
     if reports["serial"] is None or reports["packed"] is None:
-        out["gpu_packing_speedup_reason"] = serial.get("reason") or packed.get("reason")
+        out["gpu_packing_speedup_reason"] = serial.get("reason") or runs["packed"].get("reason")
         return out
     out["packing"].update(packing_summary(reports["serial"], reports["packed"]))
-    out["gpu_packing_speedup"] = serial["wall_s"] / packed["wall_s"]
-    out["gpu_packing_wall_ratio"] = packed["wall_s"] / serial["wall_s"]
+    out["gpu_packing_speedup"] = serial["wall_s"] / runs["packed"]["wall_s"]
+    out["gpu_packing_wall_ratio"] = runs["packed"]["wall_s"] / serial["wall_s"]
     out["packing"]["exclusive_floor_ratio"] = out["packing"]["serial_exclusive_s"] / serial["wall_s"]
+    shared = reports.get("packed_memory_shared")
+    if shared is not None:
+        out["gpu_packing_wall_ratio_memory_shared"] = runs["packed_memory_shared"]["wall_s"] / serial["wall_s"]
+        out["packing"]["memory_shared"] = packing_summary(reports["serial"], shared)
     return out
 
 
@@ -750,6 +771,13 @@ def table(result: dict[str, Any]) -> str:
                          f"serial {serial['wall_s']:.1f} s / packed {packed['wall_s']:.1f} s, {packing['cells']} "
                          f"cells, {same}"))
             rows.append(("gpu_packing_wall_ratio", _fmt(ratio, "x"), _goal("gpu_packing_wall_ratio", ratio)))
+            if "gpu_packing_wall_ratio_memory_shared" in result:
+                alt = packing["memory_shared"]
+                alt_ratio = result["gpu_packing_wall_ratio_memory_shared"]
+                alt_same = ("same cells and outcomes" if alt["same_outcomes"]
+                            else f"DIFFERENT: {alt['changed_outcomes']}")
+                rows.append(("gpu_packing_wall_ratio_memory_shared", _fmt(alt_ratio, "x"),
+                             f"the memory suite sharing too; {alt_same}"))
             rows.append(("engine time serial / packed", f"{packing['serial_engine_s']:.1f} s",
                          f"{packing['packed_engine_s']:.1f} s packed; exclusive cells "
                          f"{packing['serial_exclusive_s']:.1f} s serial "
@@ -797,6 +825,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--packing-select", default=PACKING_SELECT, metavar="EXPR",
                         help=f"the cells of both packing runs, as -k (default {PACKING_SELECT!r})")
     parser.add_argument("--packing-reports", metavar="DIR", help="keep both packing runs' reports in DIR")
+    parser.add_argument("--packing-memory-shared", action="store_true",
+                        help="a third packing run in which the memory suite shares the GPU too (not exclusive)")
     args = parser.parse_args(argv)
     only = set(args.only or ("fingerprint", "kb", "overhead", "suites", "packing"))
     a, _, b = args.overhead_shape.partition("x")
@@ -814,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
                                          args.suites_report)),
         ("packing", lambda: bench_packing(args.suites_timeout, shlex.split(args.packing_args), args.packing_workers,
-                                          args.packing_select, args.packing_reports)),
+                                          args.packing_select, args.packing_reports, args.packing_memory_shared)),
     ]
     for name, step in steps:
         if name not in only:

@@ -146,3 +146,58 @@ def test_engine_scope_keeps_one_engine_configuration_together() -> None:
     assert engine_scope(smoke) == engine_scope(precision)
     assert engine_scope("tests/test_a.py::test_plain") == "tests/test_a.py::test_plain"
     assert engine_scope("t.py::test[a]") != engine_scope("t.py::test[b]")
+
+
+def test_exclusive_is_a_declaration_of_the_mark_not_a_cell() -> None:
+    from pytest_gpucompat.errors import InputError
+    from pytest_gpucompat.matrix import cells_from_marker
+
+    plain = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}}, "t")
+    alone = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}, "exclusive": True}, "t")
+    assert [c.id for c in alone] == [c.id for c in plain]
+    with pytest.raises(InputError, match="must be True or False"):
+        cells_from_marker((), {"engine": "hf", "exclusive": "yes"}, "t")
+
+
+def test_the_benchmark_compares_cells_and_outcomes() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+    spec = importlib.util.spec_from_file_location("bench_run", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(nodeid: str, outcome: str, engine_s: float, duration: float = 1.0, **metrics: float) -> dict:
+        return {"nodeid": nodeid, "outcome": outcome, "duration_s": duration,
+                "metrics": {"engine_s": engine_s, **metrics}}
+
+    serial = {"cells": [cell("suites/test_smoke.py::a", "passed", 10.0),
+                        cell("suites/test_memory.py::m", "passed", 50.0, duration=60.0)]}
+    packed = {"cells": [cell("suites/test_smoke.py::a", "passed", 12.0, measured_under_sharing=1.0),
+                        cell("suites/test_memory.py::m", "passed", 51.0)]}
+    summary = bench.packing_summary(serial, packed)
+    assert summary["same_cells"] and summary["same_outcomes"]
+    assert (summary["serial_engine_s"], summary["packed_engine_s"]) == (60.0, 63.0)
+    assert summary["serial_exclusive_s"] == 60.0 and summary["shared_cells"] == 1
+    packed["cells"][1]["outcome"] = "failed"
+    changed = bench.packing_summary(serial, packed)
+    assert not changed["same_outcomes"]
+    assert changed["changed_outcomes"] == {"suites/test_memory.py::m": ["passed", "failed"]}
+
+
+def test_n_auto_starts_workers_per_gpu(monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> None:
+    import dataclasses
+
+    from pytest_gpucompat import fingerprint, xdist_support
+
+    gpus = (fingerprint.GPU(index=0, name="H200", uuid="GPU-a"), fingerprint.GPU(index=1, name="H200", uuid="GPU-b"))
+    collect = fingerprint.collect
+    monkeypatch.setattr(fingerprint, "collect", lambda *a, **k: dataclasses.replace(collect(*a, **k), gpus=gpus))
+    assert xdist_support.auto_num_workers(pytester.parseconfig()) == 2  # the default: one per GPU
+    config = pytester.parseconfig("--gpucompat-workers-per-gpu", "3")
+    assert xdist_support.auto_num_workers(config) == 6 and xdist_support.packing(config)
+    assert not xdist_support.packing(pytester.parseconfig())
+    monkeypatch.setattr(fingerprint, "collect", lambda *a, **k: dataclasses.replace(collect(*a, **k), gpus=()))
+    assert xdist_support.auto_num_workers(config) == 1 and not xdist_support.packing(config)

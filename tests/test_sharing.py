@@ -180,10 +180,15 @@ def test_a_reservation_that_cannot_fit_fails_after_the_wait(shared_gpu: pytest.P
     assert "fake_engine:Engine on m (pid" in reason
 
 
-def test_one_worker_per_gpu_shares_nothing(shared_gpu: pytest.Pytester) -> None:
-    """The default: no ledger, no gate, no figure added; the same cells and outcomes."""
+@pytest.mark.parametrize("gpu", [True, False], ids=["one-worker-per-gpu", "no-gpu"])
+def test_without_sharing_nothing_changes(shared_gpu: pytest.Pytester, gpu: bool) -> None:
+    """The default (one worker per GPU), or no GPU at all: no ledger, no gate, no figure added."""
+    args = ["--gpucompat-workers-per-gpu", "1"]
+    if not gpu:
+        shared_gpu.makeconftest(CONFTEST.replace("fingerprint.collect = _one_gpu", ""))
+        args = ["--gpucompat-workers-per-gpu", "2"]
     shared_gpu.makepyfile(test_share=SHARED.replace('wait_for(f"meet{1 - n}")', "pass"))
-    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "-p", "no:randomly", "--gpucompat-report", "r.json")
+    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "-p", "no:randomly", "--gpucompat-report", "r.json", *args)
     result.assert_outcomes(passed=8)
     assert {r["ledger"] for r in intervals(shared_gpu.path)} == {None}
     report = json.loads((shared_gpu.path / "r.json").read_text())
