@@ -20,6 +20,11 @@ What is measured (docs/benchmarks.md has the figures and their goals):
   engines (starts, generation, the reference, whole engine lives of the memory suite: ``metrics.engine_s`` of the
   report); ``suite_vs_engine_ratio_all`` is the wall time of the whole ``pytest --gpucompat suites/`` process
   divided by all engine time. Goal: <= 1.2.
+- ``gpu_packing_speedup`` (GPU only): the vLLM + transformers cells of the suites run twice as one pytest process
+  each, serial (one process, no pytest-xdist) and packed (``-n auto --gpucompat-workers-per-gpu auto``: several
+  workers share each GPU); serial wall / packed wall, with ``gpu_packing_wall_ratio`` its inverse, each run's engine
+  time (the reports' ``engine_s``) and a check that both runs had the same cells with the same outcomes.
+  Goal: packed <= 0.5 x serial wall (moonshot 0.4).
 
 Speed goals live here only, never in timed tests.
 """
@@ -27,6 +32,7 @@ Speed goals live here only, never in timed tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -51,8 +57,11 @@ GOALS = {
     "plugin_overhead_ratio": ("<=", 1.3),
     "plugin_overhead_ratio_no_report": ("<=", 1.3),
     "suite_vs_engine_ratio_all": ("<=", 1.2),
+    "gpu_packing_wall_ratio": ("<=", 0.5),
+    "gpu_packing_speedup": (">=", 2.0),
 }
-MOONSHOTS = {"kb_cells_per_s": 1_000_000.0, "plugin_overhead_ratio": 1.1, "plugin_overhead_ratio_no_report": 1.1}
+MOONSHOTS = {"kb_cells_per_s": 1_000_000.0, "plugin_overhead_ratio": 1.1, "plugin_overhead_ratio_no_report": 1.1,
+             "gpu_packing_wall_ratio": 0.4, "gpu_packing_speedup": 2.5}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -527,6 +536,119 @@ def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool
     }
 
 
+# --------------------------------------------------------------------------- 5. cells sharing a GPU (GPU)
+
+PACKING_SUITES = ("suites/test_smoke.py", "suites/test_precision.py", "suites/test_memory.py")
+PACKING_SELECT = "(hf or vllm) and not openai"
+EXCLUSIVE_SUITE = "suites/test_memory.py"  # declares exclusive=True: its cells run alone either way
+
+
+MEMORY_SHARES = """
+def pytest_gpucompat_cell_exclusive(config, item):
+    return False if item.nodeid.startswith("suites/test_memory.py") else None
+"""
+"""A plugin for the packed run with ``--packing-memory-shared``: the memory suite shares the GPU (its engine lives
+hold the GPU's start gate and their memory, other workers' engines keep generating beside them)."""
+
+
+def _run_suites(argv: Sequence[str], report_path: Path, timeout: int,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One whole pytest process: its wall time and its report (None with the reason when it wrote none)."""
+    _log(f"packing: {' '.join(argv[1:])}")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(list(argv), cwd=ROOT, env=env or _child_env(), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"wall_s": None, "report": None, "reason": f"ran past {timeout} s"}
+    wall = time.perf_counter() - t0
+    if not report_path.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        return {"wall_s": wall, "report": None, "reason": f"no report written (exit {proc.returncode}): {tail}"}
+    return {"wall_s": wall, "report": json.loads(report_path.read_text()), "exit_status": proc.returncode,
+            "summary": (proc.stdout.strip().splitlines() or [""])[-1]}
+
+
+def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str, Any]:
+    """The comparison of two reports of the same cells: outcomes, engine time, the time of exclusive cells."""
+    def cells(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {c["nodeid"]: c for c in report.get("cells", [])}
+
+    before, after = cells(serial), cells(packed)
+    changed = {n: [before[n].get("outcome"), after[n].get("outcome")] for n in before.keys() & after.keys()
+               if before[n].get("outcome") != after[n].get("outcome")}
+
+    def engine_s(found: dict[str, dict[str, Any]]) -> float:
+        return sum(float((c.get("metrics") or {}).get("engine_s") or 0.0) for c in found.values())
+
+    def outcomes(found: dict[str, dict[str, Any]]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for cell in found.values():
+            counts[cell.get("outcome") or "?"] = counts.get(cell.get("outcome") or "?", 0) + 1
+        return counts
+
+    exclusive_s = sum(float(c.get("duration_s") or 0.0) for n, c in before.items() if n.startswith(EXCLUSIVE_SUITE))
+    return {
+        "cells": len(before),
+        "same_cells": before.keys() == after.keys(),
+        "only_serial": sorted(before.keys() - after.keys()),
+        "only_packed": sorted(after.keys() - before.keys()),
+        "same_outcomes": not changed and before.keys() == after.keys(),
+        "changed_outcomes": changed,
+        "outcomes": outcomes(before),
+        "serial_engine_s": engine_s(before),
+        "packed_engine_s": engine_s(after),
+        "serial_exclusive_s": exclusive_s,
+        "shared_cells": sum(1 for c in after.values() if (c.get("metrics") or {}).get("measured_under_sharing")),
+    }
+
+
+def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu: str = "auto",
+                  select: str = PACKING_SELECT, keep_reports: str | None = None,
+                  memory_shared: bool = False) -> dict[str, Any]:
+    """The same cells serial, then packed onto shared GPUs (and, with ``memory_shared``, packed with the memory
+    suite sharing too), each as one pytest process (GPU only)."""
+    ok, what = _gpu_present()
+    if not ok:
+        return {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None, "gpu_packing_speedup_reason": what}
+    with contextlib.suppress(Exception):  # the tiny model is built once, before either run is timed
+        from pytest_gpucompat.models import resolve_models
+
+        resolve_models(["tiny-qwen2"])
+    packed = ["-n", "auto", "--gpucompat-workers-per-gpu", workers_per_gpu]
+    variants = [("serial", ["-p", "no:xdist"]), ("packed", packed)]
+    if memory_shared:
+        variants.append(("packed_memory_shared", [*packed, "-p", "gpucompat_bench_memory_shares"]))
+    with tempfile.TemporaryDirectory(prefix="gpucompat-bench-packing-") as tmp:
+        (Path(tmp) / "gpucompat_bench_memory_shares.py").write_text(MEMORY_SHARES)
+        env = _child_env({"PYTHONPATH": os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)})
+        runs: dict[str, dict[str, Any]] = {}
+        for name, args in variants:
+            report_path = Path(tmp) / f"{name}.json"
+            argv = [sys.executable, "-m", "pytest", "--gpucompat", *PACKING_SUITES, "-k", select, "-p",
+                    "no:cacheprovider", "-q", "--gpucompat-report", str(report_path), *args, *extra_args]
+            runs[name] = {"argv": argv[1:], **_run_suites(argv, report_path, timeout, env)}
+            if keep_reports and report_path.exists():
+                Path(keep_reports).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(report_path, Path(keep_reports) / report_path.name)
+    reports = {k: v.pop("report") for k, v in runs.items()}
+    out: dict[str, Any] = {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None,
+                           "packing": {"gpus": what, "select": select, **runs}}
+    serial = runs["serial"]
+    if reports["serial"] is None or reports["packed"] is None:
+        out["gpu_packing_speedup_reason"] = serial.get("reason") or runs["packed"].get("reason")
+        return out
+    out["packing"].update(packing_summary(reports["serial"], reports["packed"]))
+    out["gpu_packing_speedup"] = serial["wall_s"] / runs["packed"]["wall_s"]
+    out["gpu_packing_wall_ratio"] = runs["packed"]["wall_s"] / serial["wall_s"]
+    out["packing"]["exclusive_floor_ratio"] = out["packing"]["serial_exclusive_s"] / serial["wall_s"]
+    shared = reports.get("packed_memory_shared")
+    if shared is not None:
+        out["gpu_packing_wall_ratio_memory_shared"] = runs["packed_memory_shared"]["wall_s"] / serial["wall_s"]
+        out["packing"]["memory_shared"] = packing_summary(reports["serial"], shared)
+    return out
+
+
 # --------------------------------------------------------------------------- machine and table
 
 
@@ -636,6 +758,31 @@ def table(result: dict[str, Any]) -> str:
             rows.append(("suite_vs_engine_ratio_all", _fmt(all_ratio, "x"),
                          f"suites wall {suites['wall_s']:.1f} s / all engine time {suites['engine_s']:.1f} s; "
                          + _goal("suite_vs_engine_ratio_all", all_ratio)))
+    if "gpu_packing_speedup" in result:
+        packing = result.get("packing") or {}
+        ratio = result.get("gpu_packing_wall_ratio")
+        if ratio is None:
+            rows.append(("gpu_packing_speedup", "n/a", result.get("gpu_packing_speedup_reason") or ""))
+        else:
+            serial, packed = packing["serial"], packing["packed"]
+            same = "same cells and outcomes" if packing["same_outcomes"] else (
+                f"DIFFERENT: {packing['changed_outcomes'] or packing['only_serial'] or packing['only_packed']}")
+            rows.append(("gpu_packing_speedup", _fmt(result["gpu_packing_speedup"], "x"),
+                         f"serial {serial['wall_s']:.1f} s / packed {packed['wall_s']:.1f} s, {packing['cells']} "
+                         f"cells, {same}"))
+            rows.append(("gpu_packing_wall_ratio", _fmt(ratio, "x"), _goal("gpu_packing_wall_ratio", ratio)))
+            if "gpu_packing_wall_ratio_memory_shared" in result:
+                alt = packing["memory_shared"]
+                alt_ratio = result["gpu_packing_wall_ratio_memory_shared"]
+                alt_same = ("same cells and outcomes" if alt["same_outcomes"]
+                            else f"DIFFERENT: {alt['changed_outcomes']}")
+                rows.append(("gpu_packing_wall_ratio_memory_shared", _fmt(alt_ratio, "x"),
+                             f"the memory suite sharing too; {alt_same}"))
+            rows.append(("engine time serial / packed", f"{packing['serial_engine_s']:.1f} s",
+                         f"{packing['packed_engine_s']:.1f} s packed; exclusive cells "
+                         f"{packing['serial_exclusive_s']:.1f} s serial "
+                         f"(floor {packing['exclusive_floor_ratio']:.2f}x); "
+                         f"{packing['shared_cells']} cells measured under sharing"))
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     m = result["machine"]
@@ -652,7 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table on stderr)")
-    parser.add_argument("--only", action="append", choices=("fingerprint", "kb", "overhead", "suites"),
+    parser.add_argument("--only", action="append", choices=("fingerprint", "kb", "overhead", "suites", "packing"),
                         help="run only these benchmarks (repeatable; default all)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each whole process (default 5)")
     parser.add_argument("--kb-cells", type=int, default=100_000, help="cells in the knowledge-base benchmark")
@@ -671,8 +818,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the suites benchmark without a GPU too (the transformers engine on the CPU)")
     parser.add_argument("--suites-report", metavar="FILE", help="keep the GPU suites' report JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the overhead suite's temporary directory")
+    parser.add_argument("--packing-workers", default="auto", metavar="K|auto",
+                        help="--gpucompat-workers-per-gpu of the packed run (default auto)")
+    parser.add_argument("--packing-args", default="", metavar="ARGS",
+                        help="extra pytest arguments for both packing runs, e.g. '--gpucompat-timeout 300'")
+    parser.add_argument("--packing-select", default=PACKING_SELECT, metavar="EXPR",
+                        help=f"the cells of both packing runs, as -k (default {PACKING_SELECT!r})")
+    parser.add_argument("--packing-reports", metavar="DIR", help="keep both packing runs' reports in DIR")
+    parser.add_argument("--packing-memory-shared", action="store_true",
+                        help="a third packing run in which the memory suite shares the GPU too (not exclusive)")
     args = parser.parse_args(argv)
-    only = set(args.only or ("fingerprint", "kb", "overhead", "suites"))
+    only = set(args.only or ("fingerprint", "kb", "overhead", "suites", "packing"))
     a, _, b = args.overhead_shape.partition("x")
 
     result: dict[str, Any] = {
@@ -687,6 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("overhead", lambda: bench_overhead(int(a), int(b), args.runs, args.keep)),
         ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
                                          args.suites_report)),
+        ("packing", lambda: bench_packing(args.suites_timeout, shlex.split(args.packing_args), args.packing_workers,
+                                          args.packing_select, args.packing_reports, args.packing_memory_shared)),
     ]
     for name, step in steps:
         if name not in only:

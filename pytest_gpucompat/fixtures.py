@@ -158,10 +158,14 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
     from .engines.pool import EnginePool
+    from .sharing import share_for
 
     timeout = settings(pytestconfig).timeout
+    share = share_for(pytestconfig)  # workers sharing a GPU: each engine reserves its memory first
     pool = EnginePool(settings(pytestconfig).log_dir, start_timeout_s=timeout, call_timeout_s=timeout,
-                      progress=announcer(pytestconfig))
+                      progress=announcer(pytestconfig), admission=share)
+    if share is not None:
+        share.attach(pool)
     try:
         yield pool
     finally:
@@ -277,6 +281,7 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """
     from .engines import missing_module
     from .engines.isolation import run_in_child
+    from .sharing import engine_lives
 
     timeout = settings(request.config).timeout
     cs = _cell_state(request)
@@ -299,7 +304,8 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
         t0 = time.perf_counter()
         failure: EngineFailed | None = None
         try:
-            result = run_in_child(fn, *args, timeout_s=timeout, log_path=log_path, progress=say)
+            with engine_lives(request.config, [a for a in args if isinstance(a, EngineSpec)]):
+                result = run_in_child(fn, *args, timeout_s=timeout, log_path=log_path, progress=say)
         except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
             pytest.skip(f"unavailable: {exc}")
         except EngineFailed as exc:

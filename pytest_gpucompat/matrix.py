@@ -127,11 +127,16 @@ def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[Cell, ...]]
 
 
 def cells_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> list[Cell]:
-    """``@pytest.mark.gpucompat(engine=..., params=..., axes=...)`` or ``(matrix="name")``."""
-    unknown = set(kwargs) - _MARKER_KEYS
+    """``@pytest.mark.gpucompat(engine=..., params=..., axes=...)`` or ``(matrix="name")``; ``exclusive=True`` (the
+    test has its GPU to itself when workers share GPUs, sharing.py) changes no cell."""
+    unknown = set(kwargs) - _MARKER_KEYS - {"exclusive"}
     if unknown or args:
         bad = sorted(unknown)[0] if unknown else "positional arguments"
-        raise InputError(where, f"gpucompat({bad})", "unknown marker argument (engine, params, axes, matrix)")
+        raise InputError(where, f"gpucompat({bad})",
+                         "unknown marker argument (engine, params, axes, matrix, exclusive)")
+    if not isinstance(kwargs.get("exclusive", False), bool):
+        raise InputError(where, "gpucompat(exclusive)", "must be True or False")
+    kwargs = {k: v for k, v in kwargs.items() if k != "exclusive"}
     if "matrix" in kwargs:
         named = load_named_matrices()
         name = kwargs["matrix"]

@@ -94,6 +94,9 @@ METRICS: dict[str, Metric] = {
         Metric("start_s", "lower", "s", "harness", "seconds the engine took to start"),
         Metric("engine_s", "lower", "s", "harness", "seconds spent inside engines for the cell"),
         Metric("reference_s", "lower", "s", "harness", "seconds spent in the float32 reference for the cell"),
+        Metric("measured_under_sharing", None, "0/1", "harness",
+               "1 when other engines of the run were live on the cell's GPU meanwhile (--gpucompat-workers-per-gpu): "
+               "its timings are not those of a GPU of its own"),
     )
 }
 

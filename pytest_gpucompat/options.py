@@ -25,6 +25,30 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def workers_per_gpu(text: str) -> int | str:
+    """``auto`` or a whole number of pytest-xdist workers per GPU, at least 1."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be 'auto' or a whole number of workers, at least 1, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"must be 'auto' or a whole number of workers, at least 1, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A share of a whole: a number above 0 and at most 1."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number above 0 and at most 1, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"must be a number above 0 and at most 1, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Option:
     name: str
@@ -81,6 +105,16 @@ _OPTIONS = (
            help="the precision prompts as JSON lines ({\"text\": ...} or {\"messages\": [...]}), tokenized with each "
                 "model's own tokenizer; default: matrices/prompts.yaml for checkpoints, fixed token ids for tiny "
                 "built models"),
+    Option("workers-per-gpu", metavar="K|auto", type=workers_per_gpu, default=1,
+           help="pytest-xdist workers that share each GPU (-n auto starts K per GPU; auto: up to 4, 4 CPU cores "
+                "each); an engine starts only once its GPU memory fits beside the others', a cell declared "
+                "exclusive runs alone; default 1: one worker per GPU, nothing shared"),
+    Option("gpu-wait", metavar="S", type=positive_seconds, default=1800.0,
+           help="seconds a cell may wait for room on a shared GPU before it fails, naming what held it "
+                "(default 1800)"),
+    Option("gpu-budget", metavar="FRACTION", type=fraction, default=0.9,
+           help="share of each GPU's memory that the engines of cells sharing it may reserve, less what other "
+                "processes hold (default 0.9)"),
     Option("compare-fail", metavar="EXPR", action="append", default=[], cli_aliases=("--fail-on",),
            help="metric threshold, repeatable: tokens_per_s:-10%% (a drop of more than 10%%), leak_mib_per_cycle:+1 "
                 "(a rise of more than 1); a metric the suites record (docs/ci.md) or one a report has, an unknown "
@@ -89,7 +123,8 @@ _OPTIONS = (
 OPTIONS = {o.name: o for o in _OPTIONS}
 
 PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir", "model", "endpoint", "report",
-          "baseline", "compare-fail", "runner", "golden", "record-golden", "prompts")
+          "baseline", "compare-fail", "runner", "golden", "record-golden", "prompts", "workers-per-gpu",
+          "gpu-wait", "gpu-budget")
 """The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
 
 CLI = {"env": ("runner", "topology"), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
@@ -144,6 +179,9 @@ class Settings:
     golden: str | None = None
     record_golden: str | None = None
     prompts: str | None = None
+    workers_per_gpu: int | str = 1
+    gpu_wait: float = 1800.0
+    gpu_budget: float = 0.9
 
     @classmethod
     def from_pytest(cls, config: Any) -> Settings:
@@ -164,5 +202,6 @@ class Settings:
             run_known_bad=bool(opt("run-known-bad")), timeout=float(opt("timeout")), log_dir=log_path,
             model=tuple(opt("model") or ()), endpoint=opt("endpoint"), report=opt("report"), baseline=opt("baseline"),
             compare_fail=tuple(opt("compare-fail") or ()), golden=opt("golden"), record_golden=opt("record-golden"),
-            prompts=opt("prompts"),
+            prompts=opt("prompts"), workers_per_gpu=opt("workers-per-gpu"),
+            gpu_wait=float(opt("gpu-wait")), gpu_budget=float(opt("gpu-budget")),
         )

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from . import interrupt, options, xdist_support
+from . import interrupt, options, sharing, xdist_support
 from .engines.base import EngineFailed
 from .errors import InputError
 from .kb import WEIGHTS_PARAM
+from .ledger import GpuWaitTimeout
 from .matrix import cells_from_marker
 from .state import NOT_COVERED, build_run_state, cell_key, run_key, run_state
 
@@ -54,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
     interrupt.install(config)  # SIGTERM as Ctrl-C: a report, engines stopped
-    xdist_support.pin_worker_gpu(config)
+    sharing.setup_worker(config, xdist_support.pin_worker_gpu(config))  # workers sharing a GPU: its ledger
     config.stash[run_key] = build_run_state(config)
     if not hasattr(config, "workerinput"):
         from .report.collector import ReportCollector
@@ -64,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     interrupt.uninstall(config)
+    sharing.unconfigure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -80,6 +82,17 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist installed, pytest must still start
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return xdist_support.auto_num_workers(config) if _enabled(config) else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    if _enabled(node.config):
+        sharing.configure_node(node.config, node)  # workers sharing GPUs: where their ledger lives
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return xdist_support.make_scheduler(config, log) if _enabled(config) else None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -153,14 +166,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter.write_line(format_fleet_preview(state, session.config, session.items))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    share = sharing.share_for(item.config)  # after skip marks, before fixtures: an exclusive test waits here
+    if share is not None:
+        share.begin(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
+    try:
+        return (yield)
+    finally:
+        share = sharing.share_for(item.config)
+        if share is not None:
+            share.end(item)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Generator[None, Any, Any]:
-    report = yield
     cs = item.stash.get(cell_key, None)
+    if cs is not None and call.when == "call":
+        sharing.note_sharing(item, cs.metrics)
+    report = yield
+    failure = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(failure, GpuWaitTimeout) and report.failed:
+        report.longrepr = f"gpucompat: {failure}"
     state = run_state(item.config)
     if cs is None or state is None:
         return report
-    failure = call.excinfo.value if call.excinfo is not None else None
     if isinstance(failure, EngineFailed):
         from .engines.isolation import failure_text
 

@@ -1,21 +1,40 @@
-"""pytest-xdist: one worker per visible GPU, each pinned to its GPU before CUDA starts."""
+"""pytest-xdist: workers pinned to their GPU before CUDA starts, one per GPU or ``--gpucompat-workers-per-gpu``
+sharing each, and the cells of one engine kept on one worker when they share."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
 from . import fingerprint as fpmod
+from .packing import auto_workers_per_gpu, gpu_of_worker
+
+WORKERS_PER_GPU = "gpucompat_workers_per_gpu"  # workerinput key: the controller's resolved number
+
+
+def workers_per_gpu(config: pytest.Config) -> int:
+    """``--gpucompat-workers-per-gpu`` as a number: ``auto`` from this machine's CPU cores and GPUs."""
+    value = config.getoption("gpucompat_workers_per_gpu", 1)
+    if value == "auto":
+        return auto_workers_per_gpu(os.cpu_count(), len(fpmod.collect().gpus))
+    return max(1, int(value or 1))
+
+
+def packing(config: pytest.Config) -> bool:
+    """Whether this run shares GPUs between workers: more than one worker per GPU, and GPUs to share."""
+    return workers_per_gpu(config) > 1 and bool(fpmod.collect().gpus)
 
 
 def auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per visible GPU, at least one on a machine without GPUs."""
-    return max(1, len(fpmod.collect().gpus))
+    """``-n auto``: one worker per visible GPU, or ``--gpucompat-workers-per-gpu`` per GPU; one without GPUs."""
+    gpus = len(fpmod.collect().gpus)
+    return max(1, gpus * workers_per_gpu(config)) if gpus else 1
 
 
 def pin_worker_gpu(config: pytest.Config) -> str | None:
-    """Give worker gwN the N-th visible GPU, by UUID, so an outer CUDA_VISIBLE_DEVICES is respected."""
+    """Give worker gwN its GPU by UUID (gwN // workers-per-GPU), so an outer CUDA_VISIBLE_DEVICES is respected."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return None
@@ -26,9 +45,35 @@ def pin_worker_gpu(config: pytest.Config) -> str | None:
     uuids = [g.uuid for g in fpmod.collect().gpus if g.uuid]
     if not uuids:
         return None
+    per_gpu = max(1, int(workerinput.get(WORKERS_PER_GPU, 1)))
     value = config.hook.pytest_gpucompat_gpu_for_worker(
-        config=config, worker_index=int(digits), gpu_uuids=uuids
-    ) or uuids[int(digits) % len(uuids)]
+        config=config, worker_index=int(digits), gpu_uuids=uuids, workers_per_gpu=per_gpu
+    ) or uuids[gpu_of_worker(int(digits), per_gpu, len(uuids))]
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ["CUDA_VISIBLE_DEVICES"] = str(value)
     return str(value)
+
+
+def engine_scope(nodeid: str) -> str:
+    """The work unit of a test when workers share GPUs: its parameter id (``tiny-qwen2-vllm-dtype=bfloat16-...``:
+    model and cell), so every test of one engine configuration runs on the worker that started it instead of
+    starting it once per worker; a test without parameters is a unit of its own."""
+    head, bracket, rest = nodeid.partition("[")
+    if not bracket or not rest.endswith("]"):
+        return nodeid
+    return "[" + rest
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's ``load`` scheduling by engine scope when workers share GPUs; None (xdist's own) otherwise."""
+    if config.getvalue("dist") != "load" or not packing(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """LoadScopeScheduling over engine scopes (a whole scope goes to one worker)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return engine_scope(nodeid)
+
+    return EngineScopeScheduling(config, log)

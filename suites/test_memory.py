@@ -43,7 +43,7 @@ def _samples(rows):
     return [MemorySample(**{k: v for k, v in row.items() if k in _FIELDS}) for row in rows]
 
 
-@pytest.mark.gpucompat(matrix="memory")
+@pytest.mark.gpucompat(matrix="memory", exclusive=True)  # device-wide figures: the GPU to itself
 def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpucompat_record, gpucompat_isolated,
                                            gpucompat_record_series, request):
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)
@@ -78,7 +78,7 @@ def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpuc
         f"; left running after the last cycle (now stopped): {running}" if running else "")
 
 
-@pytest.mark.gpucompat(matrix="memory")
+@pytest.mark.gpucompat(matrix="memory", exclusive=True)  # device-wide figures: the GPU to itself
 def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_model, gpucompat_fingerprint,
                                                    gpucompat_record, gpucompat_isolated, request):
     """The seeds claim a "CUDA context leak": memory left on the GPU after processes exit (claim S55). Only what

@@ -6,6 +6,7 @@ tested is the isolation, not an engine: a real hang, a real SIGSEGV, real fd-lev
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -302,6 +303,52 @@ def test_pool_max_live_stops_the_oldest(tmp_path: Path) -> None:
     assert pid is not None and _group_gone(pid)
     assert second.generate([[3]], 1, 1)[0].token_ids == (3,)
     pool.close_all()
+
+
+class Admission:
+    """What a shared GPU asks of the pool: a reservation before each start, given back after each shutdown, and
+    every start and shutdown inside `quiet`."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.quiet_depth = 0
+
+    def admit(self, spec: EngineSpec, make_room: Any) -> Any:
+        mode = spec.params["mode"]
+        while mode == "big" and make_room():  # "big" needs every idle engine gone
+            self.events.append("made room")
+        self.events.append(f"reserved {mode}")
+        return lambda: self.events.append(f"released {mode}")
+
+    @contextlib.contextmanager
+    def quiet(self, what: str) -> Iterator[None]:
+        self.events.append(what)
+        self.quiet_depth += 1
+        try:
+            yield
+        finally:
+            self.quiet_depth -= 1
+
+
+def test_pool_reserves_before_each_start_and_gives_back_after_each_shutdown(tmp_path: Path) -> None:
+    admission = Admission()
+    pool = EnginePool(tmp_path, start_timeout_s=30, call_timeout_s=30, admission=admission)
+    pool.get(spec("a"), isolated=False)
+    pool.get(spec("b"), isolated=False)
+    with pytest.raises(EngineFailed):
+        pool.get(spec("raise_start"), isolated=False)
+    pool.begin_cell()
+    pool.get(spec("b"), isolated=False)  # the new cell uses b: a is idle, b is not
+    pool.get(spec("big"), isolated=False)
+    assert admission.events == [
+        "reserved a", f"starting {FAKE}", "reserved b", f"starting {FAKE}",
+        "reserved raise_start", f"starting {FAKE}", "released raise_start",  # a failed start gives it back
+        "stopping fake", "released a", "made room", "reserved big", f"starting {FAKE}",
+    ]
+    assert not pool.make_room()  # b and big are the cell's
+    pool.close_all()
+    assert admission.events[-4:] == ["stopping fake", "released big", "stopping fake", "released b"]
+    assert admission.quiet_depth == 0
 
 
 def test_pool_decides_isolation_by_engine_name(tmp_path: Path) -> None:

@@ -52,3 +52,26 @@ def test_settings_are_parsed_once_into_the_run_state(pytester: pytest.Pytester) 
     pytester.makepyfile("def test_a():\n    pass\n")
     result = pytester.runpytest("--gpucompat", "--gpucompat-timeout", "42", "--gpucompat-kb", "extra.yaml", "-s")
     result.stdout.fnmatch_lines(["SETTINGS 42.0 kept ['extra.yaml', 'extra.yaml'] ()"])
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("workers-per-gpu", "0", "must be 'auto' or a whole number of workers, at least 1, got '0'"),
+    ("workers-per-gpu", "many", "must be 'auto' or a whole number of workers, at least 1, got 'many'"),
+    ("gpu-budget", "1.5", "must be a number above 0 and at most 1, got '1.5'"),
+    ("gpu-wait", "0", "must be a positive number of seconds, got '0'"),
+])
+def test_bad_sharing_options_are_one_line(pytester: pytest.Pytester, flag: str, value: str, message: str) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--gpucompat", f"--gpucompat-{flag}={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: gpucompat: --gpucompat-{flag}: {message}"])
+
+
+def test_sharing_options_reach_the_settings(pytester: pytest.Pytester) -> None:
+    from pytest_gpucompat.options import Settings
+
+    config = pytester.parseconfig("--gpucompat-workers-per-gpu", "auto", "--gpucompat-gpu-wait", "60",
+                                  "--gpucompat-gpu-budget", "0.5")
+    settings = Settings.from_pytest(config)
+    assert (settings.workers_per_gpu, settings.gpu_wait, settings.gpu_budget) == ("auto", 60.0, 0.5)
+    assert Settings.from_pytest(pytester.parseconfig()).workers_per_gpu == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -112,11 +112,11 @@ def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
     return False
 
 
-def carries_token(pid: int, token: str) -> bool:
-    """Whether the process's environment holds our owner token (unreadable environments: no)."""
+def carries_token(pid: int, token: str, name: str = OWNER_ENV) -> bool:
+    """Whether the process's environment holds our owner token as ``name`` (unreadable environments: no)."""
     if not token:
         return False
-    needle = f"{OWNER_ENV}={token}".encode()
+    needle = f"{name}={token}".encode()
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             return needle in fh.read(_ENVIRON_LIMIT).split(b"\0")
@@ -209,7 +209,7 @@ def nvml_index(device_index: int) -> int:
     return device_index
 
 
-def _held(pynvml: Any, handle: Any) -> tuple[dict[int, float], bool]:
+def held_mib(pynvml: Any, handle: Any) -> tuple[dict[int, float], bool]:
     """MiB per pid of the processes NVML lists on the device, and whether it could list them."""
     held: dict[int, float] = {}
     listed = False
@@ -228,8 +228,9 @@ def _held(pynvml: Any, handle: Any) -> tuple[dict[int, float], bool]:
     return held, listed
 
 
-def device_snapshot(device_index: int, scope: Scope) -> DeviceSnapshot | None:
-    """Memory used on one GPU (CUDA ordinal) and each listed process with its owner; None without NVML or GPU."""
+def device_memory(handle_of: Callable[[Any], Any]) -> tuple[float, dict[int, float], bool] | None:
+    """MiB used on the GPU that ``handle_of(pynvml)`` names, MiB per process NVML lists there, and whether it could
+    list them; None without NVML or without that GPU."""
     try:
         import pynvml
     except ImportError:
@@ -239,13 +240,13 @@ def device_snapshot(device_index: int, scope: Scope) -> DeviceSnapshot | None:
     except Exception:
         return None
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index))
+        handle = handle_of(pynvml)
         # A tenant that allocates between the two reads would show as memory no process holds: read the process
         # list before and after the device figure, and again while they differ.
-        held, listed = _held(pynvml, handle)
+        held, listed = held_mib(pynvml, handle)
         for _ in range(3):
             used = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used) / MIB
-            again, listed = _held(pynvml, handle)
+            again, listed = held_mib(pynvml, handle)
             if again == held:
                 break
             held = again
@@ -254,6 +255,15 @@ def device_snapshot(device_index: int, scope: Scope) -> DeviceSnapshot | None:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+    return used, held, listed
+
+
+def device_snapshot(device_index: int, scope: Scope) -> DeviceSnapshot | None:
+    """Memory used on one GPU (CUDA ordinal) and each listed process with its owner; None without NVML or GPU."""
+    found = device_memory(lambda nvml: nvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index)))
+    if found is None:
+        return None
+    used, held, listed = found
     processes = tuple(GpuProcess(pid, mib, owner_of(pid, scope), command_line(pid))
                       for pid, mib in sorted(held.items()))
     return DeviceSnapshot(used, processes, listed)

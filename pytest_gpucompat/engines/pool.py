@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import create, missing_module, one_line, runs_in_process
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
@@ -50,6 +51,19 @@ class _InProcess:
         self._guard("shutdown", self._engine.shutdown)
 
 
+class Admission(Protocol):
+    """Room for an engine on a GPU that other workers' engines share (pytest_gpucompat/sharing.py)."""
+
+    def admit(self, spec: EngineSpec, make_room: Callable[[], bool]) -> Callable[[], None]:
+        """Wait until the engine fits on the GPU and reserve it; returns what gives the reservation back.
+        ``make_room()`` shuts one of the pool's idle engines down (False when there is none)."""
+        ...
+
+    def quiet(self, what: str) -> AbstractContextManager[Any]:
+        """Held while an engine starts or shuts down: one at a time on a GPU."""
+        ...
+
+
 class EnginePool:
     """One started engine per spec key for the whole session; a failed start is remembered, never retried.
 
@@ -57,6 +71,8 @@ class EnginePool:
     else its descriptor (`in_process`: the hf reference runs here, every other engine and every import-path engine
     in an isolated child). Aliases resolve through the registry (`transformers` is `hf`).
     Logs go to `log_dir` (kept) or to the private state directory (removed at exit unless their engine failed).
+    With `admission` (cells sharing a GPU), each engine reserves its GPU memory before it starts and gives it back
+    once shut down; engines not used since `begin_cell()` are shut down first when another needs their room.
     """
 
     def __init__(
@@ -68,6 +84,7 @@ class EnginePool:
         max_live: int | None = None,
         progress: Progress | None = None,
         heartbeat_s: float = HEARTBEAT_S,
+        admission: Admission | None = None,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else state_dir()
         self.start_timeout_s = float(start_timeout_s)
@@ -75,8 +92,11 @@ class EnginePool:
         self.max_live = max_live
         self.progress = progress
         self.heartbeat_s = float(heartbeat_s)
+        self.admission = admission
         self._live: dict[tuple[Any, ...], tuple[Engine, RunInfo]] = {}
         self._failures: dict[tuple[Any, ...], BaseException] = {}
+        self._releases: dict[tuple[Any, ...], Callable[[], None]] = {}
+        self._used: set[tuple[Any, ...]] = set()  # asked for since begin_cell(): not to be shut down for room
 
     def log_path(self, spec: EngineSpec) -> Path:
         """Where this spec's isolated engine writes its log (per xdist worker, so workers never share a file)."""
@@ -96,6 +116,7 @@ class EnginePool:
     def get(self, spec: EngineSpec, isolated: bool | None = None) -> tuple[Engine, RunInfo]:
         """The started engine for `spec` (starting it the first time), and what it reported at start."""
         key = spec.key()
+        self._used.add(key)
         if key in self._live:
             engine, info = self._live.pop(key)
             self._live[key] = (engine, info)  # most recently used last
@@ -133,11 +154,26 @@ class EnginePool:
                 self._failures[key] = failure
                 raise failure from None
             where = "(in this process)"
-        if self.progress is not None:
-            model = os.path.basename(os.path.normpath(spec.model))
-            self.progress(" ".join(p for p in (f"starting {spec.engine} on {model}", _params_text(params), where) if p))
+        release = self.admission.admit(spec, self.make_room) if self.admission is not None else None
         try:
-            info = engine.start(spec)
+            if self.progress is not None:
+                model = os.path.basename(os.path.normpath(spec.model))
+                self.progress(" ".join(p for p in (f"starting {spec.engine} on {model}", _params_text(params), where)
+                                       if p))
+            with self._quiet(f"starting {spec.engine}"):
+                info = self._start(key, engine, spec)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        if release is not None:
+            self._releases[key] = release
+        self._live[key] = (engine, info)
+        return engine, info
+
+    def _start(self, key: tuple[Any, ...], engine: Engine, spec: EngineSpec) -> RunInfo:
+        try:
+            return engine.start(spec)
         except EngineUnavailable as exc:
             self._failures[key] = EngineUnavailable(str(exc))
             raise
@@ -146,8 +182,21 @@ class EnginePool:
             with contextlib.suppress(Exception):
                 engine.shutdown()
             raise
-        self._live[key] = (engine, info)
-        return engine, info
+
+    def _quiet(self, what: str) -> AbstractContextManager[Any]:
+        return self.admission.quiet(what) if self.admission is not None else contextlib.nullcontext()
+
+    def begin_cell(self) -> None:
+        """A new cell begins: every live engine is idle until it asks for one again."""
+        self._used.clear()
+
+    def make_room(self) -> bool:
+        """Shut down the least recently used engine that the current cell has not asked for; False: none left."""
+        idle = next((key for key in self._live if key not in self._used), None)
+        if idle is None:
+            return False
+        self._shutdown_key(idle)
+        return True
 
     def failure(self, spec: EngineSpec) -> str | None:
         """The remembered start failure of `spec`, if any."""
@@ -158,8 +207,13 @@ class EnginePool:
         entry = self._live.pop(key, None)
         if entry is None:
             return
-        with contextlib.suppress(EngineFailed, EngineUnavailable):
-            entry[0].shutdown()
+        release = self._releases.pop(key, None)
+        try:
+            with self._quiet(f"stopping {entry[0].name}"), contextlib.suppress(EngineFailed, EngineUnavailable):
+                entry[0].shutdown()
+        finally:
+            if release is not None:
+                release()
 
     def close_all(self) -> None:
         """Shut every engine down, most recently used first."""

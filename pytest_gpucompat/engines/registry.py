@@ -66,6 +66,20 @@ class ServerCommand:
 
 
 @dataclass(frozen=True)
+class GpuMemory:
+    """How much of one GPU an engine holds once started, so cells can share a GPU without running it out of memory
+    (packing.py). The engine's own memory setting decides: the first of `params` the cell sets, else `default`, as a
+    fraction of the GPU's total memory; plus the checkpoint's weights when `weights` (transformers holds nothing
+    else; TensorRT-LLM's fraction is of the memory left after them); plus `overhead_mib` (CUDA context, activations).
+    """
+
+    params: tuple[str, ...] = ()
+    default: float = 0.0
+    weights: bool = False
+    overhead_mib: float = 0.0
+
+
+@dataclass(frozen=True)
 class EngineDescriptor:
     """Everything the harness needs to know about one engine; the adapter itself knows how to drive it.
 
@@ -84,6 +98,8 @@ class EngineDescriptor:
     packages:        distributions recorded in the fingerprint for it (first name found wins).
     parallel_params: the parameters whose product is the number of GPUs a cell needs.
     server:          how the `openai` engine starts its OpenAI-compatible server; None: it has none.
+    gpu_memory:      the GPU memory it holds once started (GpuMemory); None: unknown, so it gets a GPU to itself
+                     when cells share GPUs (the `openai` engine counts as the server it starts).
     """
 
     name: str
@@ -99,6 +115,7 @@ class EngineDescriptor:
     packages: tuple[str, ...] = ()
     parallel_params: tuple[str, ...] = ()
     server: ServerCommand | None = None
+    gpu_memory: GpuMemory | None = None
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
@@ -221,6 +238,7 @@ register(EngineDescriptor(
     aliases=("transformers", "huggingface"),
     in_process=True,
     env_prefixes=("HF_", "TRANSFORMERS_"),
+    gpu_memory=GpuMemory(weights=True, overhead_mib=1024.0),  # weights in the cell's dtype; context, activations
 ))
 
 register(EngineDescriptor(
@@ -233,6 +251,8 @@ register(EngineDescriptor(
     env_prefixes=("VLLM_",),
     packages=("vllm",),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
+    # its cap on what it allocates (engines/vllm.py's default), and the CUDA context the cap may leave out
+    gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0),
     server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="vllm",
@@ -255,6 +275,7 @@ register(EngineDescriptor(
     env_prefixes=("SGLANG_", "SGL_"),
     packages=("sglang",),
     parallel_params=("tp_size", "pp_size", "dp_size"),
+    gpu_memory=GpuMemory(("mem_fraction_static",), 0.2, overhead_mib=1024.0),  # weights + KV pool; activations apart
     server=ServerCommand(  # sglang/launch_server.py: ServerArgs fields as --dashed-flags
         argv=("--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
         fallback=("{python}", "-m", "sglang.launch_server"),
@@ -276,6 +297,9 @@ register(EngineDescriptor(
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
+    # its KV cache takes this fraction of the memory free after the weights: at most this fraction of the total
+    gpu_memory=GpuMemory(("free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction"), 0.2, weights=True,
+                         overhead_mib=1024.0),
     server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (engines/contracts/)
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="trtllm-serve",

@@ -1,0 +1,326 @@
+"""Several pytest-xdist workers on one GPU (``--gpucompat-workers-per-gpu``): the pytest side of packing.
+
+The controller makes a private directory for the run's ledger and hands it, with the number of workers per GPU,
+to each worker through xdist's workerinput. A worker pinned to a GPU then reserves each engine's memory before it
+starts (``packing.py`` says what an engine needs and what fits, ``ledger.py`` keeps the reservations), starts and
+stops engines one at a time on its GPU, runs exclusive tests alone, and shuts its idle engines down when another
+worker waits for their room. Without a ledger (no xdist, one worker per GPU, no GPU) none of this exists and
+nothing about a run changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from . import fingerprint as fpmod
+from .ledger import GpuWaitTimeout, Ledger, StartGate
+from .packing import (
+    Need,
+    Request,
+    blocker,
+    budget_mib,
+    engine_need,
+    first_waiter,
+    load_dtype,
+    shared_since,
+)
+from .xdist_support import WORKERS_PER_GPU, packing, workers_per_gpu
+
+if TYPE_CHECKING:
+    from .engines.base import EngineSpec
+    from .engines.pool import EnginePool
+
+__all__ = ["GpuShare", "GpuWaitTimeout", "configure_node", "share_for", "setup_worker"]
+
+SHARE_DIR = "gpucompat_share_dir"  # workerinput key: the ledger's directory
+RUN_ENV = "GPUCOMPAT_SHARED_RUN"
+"""Set in each sharing worker to the ledger's directory: every process it starts inherits it, so NVML's processes
+can be told apart from strangers' even when re-parented."""
+MEASURED_UNDER_SHARING = "measured_under_sharing"
+BUDGET_TTL_S = 1.0
+
+_share_key = pytest.StashKey["GpuShare"]()
+_dir_key = pytest.StashKey[str]()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Controller
+
+
+def configure_node(config: pytest.Config, node: Any) -> None:
+    """Hand a starting worker the ledger's directory (made for the first one) and the workers per GPU."""
+    if not packing(config):
+        return
+    if _dir_key not in config.stash:
+        config.stash[_dir_key] = tempfile.mkdtemp(prefix="gpucompat-share-")  # 0700, ours
+    node.workerinput[SHARE_DIR] = config.stash[_dir_key]
+    node.workerinput[WORKERS_PER_GPU] = workers_per_gpu(config)
+
+
+def unconfigure(config: pytest.Config) -> None:
+    directory = config.stash.get(_dir_key, None)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Worker
+
+
+def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str], None] | None = None) -> None:
+    """In a worker given a ledger and pinned to ``pinned`` (its CUDA_VISIBLE_DEVICES): share that GPU."""
+    workerinput = getattr(config, "workerinput", None) or {}
+    directory = workerinput.get(SHARE_DIR)
+    if not directory or not pinned:
+        return
+    say = say or _stderr_line(str(workerinput.get("workerid", "worker")))
+    gpus = tuple(v.strip() for v in str(pinned).split(",") if v.strip())
+    known = {}
+    for gpu in fpmod.collect().gpus:
+        for name in (gpu.uuid, str(gpu.index)):
+            if name and gpu.memory_mib:
+                known.setdefault(name, float(gpu.memory_mib))
+    totals = {g: known[g] for g in gpus if g in known}
+    if len(totals) != len(gpus):
+        if say is not None:
+            say(f"cannot tell the memory of {', '.join(g for g in gpus if g not in totals)}: its cells run as if "
+                f"the GPU were theirs alone")
+        return
+    from .options import Settings
+
+    settings = Settings.from_pytest(config)
+    os.environ[RUN_ENV] = str(directory)
+    ledger = Ledger(directory)
+    ledger.join()
+    gate = StartGate(directory, gpus, settings.gpu_wait)
+    config.stash[_share_key] = GpuShare(config, ledger, gate, totals, settings.gpu_budget, settings.gpu_wait, say)
+
+
+def _stderr_line(worker: str) -> Callable[[str], None]:
+    """One line on the worker's stderr, which the controller passes through (output capture or not)."""
+    def say(text: str) -> None:
+        sys.__stderr__.write(f"[{worker}] gpucompat: {text}\n")
+        sys.__stderr__.flush()
+
+    return say
+
+
+def share_for(config: pytest.Config) -> GpuShare | None:
+    """This worker's share of its GPU, or None when it has the GPU to itself (then nothing is reserved)."""
+    return config.stash.get(_share_key, None)
+
+
+class GpuShare:
+    """One worker's side of a shared GPU: the pool's admission (reserve, start gate, give back), exclusive tests,
+    room for waiting workers, and whether a test ran beside other workers' engines."""
+
+    def __init__(self, config: pytest.Config, ledger: Ledger, gate: StartGate, totals: Mapping[str, float],
+                 budget_fraction: float, wait_s: float, say: Callable[[str], None] | None = None) -> None:
+        self.config, self.ledger, self.gate = config, ledger, gate
+        self.gpus = tuple(totals)
+        self.totals = dict(totals)
+        self.budget_fraction, self.wait_s = budget_fraction, wait_s
+        self.say = say
+        self._pools: list[EnginePool] = []
+        self._exclusive: str | None = None
+        self._since: float | None = None
+        self._budgets: tuple[float, dict[str, float | None]] | None = None
+
+    # -- what an engine needs, what the GPU gives ---------------------------------------------------------------
+
+    def need(self, spec: EngineSpec) -> Need:
+        """The hook's answer first (``pytest_gpucompat_gpu_need``), else the engine's descriptor."""
+        total = min(self.totals.values())
+        answer = self.config.hook.pytest_gpucompat_gpu_need(config=self.config, spec=spec, total_mib=total)
+        if answer is not None:
+            mib = float(answer)
+            why = f"{spec.engine}: {mib:.0f} MiB (pytest_gpucompat_gpu_need)"
+            return Need(None if mib == float("inf") else mib, why)
+        params = spec.params if isinstance(spec.params, Mapping) else {}
+        from .models import weights_mib
+
+        weights = weights_mib(spec.model, load_dtype(spec.engine, params))
+        return engine_need(spec.engine, params, total, weights)
+
+    def budgets(self) -> dict[str, float | None]:
+        """Each GPU's budget: the safety fraction of its memory, less what processes outside the run hold (NVML,
+        re-read at most once a second; without NVML nothing is subtracted)."""
+        now = time.monotonic()
+        if self._budgets is not None and now - self._budgets[0] < BUDGET_TTL_S:
+            return self._budgets[1]
+        state = self.ledger.snapshot()
+        members = [int(m.partition(":")[0]) for m in state.members if m.partition(":")[0].isdigit()]
+        budgets: dict[str, float | None] = {}
+        for gpu, total in self.totals.items():
+            reserved = sum(e.mib or 0.0 for e in state.entries if e.held and gpu in e.gpus)
+            budgets[gpu] = budget_mib(total, self.budget_fraction, foreign_mib(gpu, members, reserved))
+        self._budgets = (now, budgets)
+        return budgets
+
+    # -- the pool's admission -------------------------------------------------------------------------------------
+
+    def attach(self, pool: EnginePool) -> None:
+        """A pool of this worker: its idle engines make room for others, its cell tracking follows the tests."""
+        self._pools.append(pool)
+
+    def make_room(self) -> bool:
+        """Shut down one idle engine of this worker's pools (least recently used first); False: none was idle."""
+        return any(pool.make_room() for pool in self._pools)
+
+    def admit(self, spec: EngineSpec, make_room: Callable[[], bool]) -> Callable[[], None]:
+        need = self.need(spec)
+        model = os.path.basename(os.path.normpath(spec.model))
+        what = f"{spec.engine} on {model}"
+        self._wait_note(what, need)
+        entry = self.ledger.reserve(self.gpus, need.mib, what, self.budgets, self.wait_s, make_room)
+        return lambda: self.ledger.release(entry)
+
+    def quiet(self, what: str) -> AbstractContextManager[Any]:
+        return self.gate.held(what)
+
+    def _wait_note(self, what: str, need: Need) -> None:
+        """One line when the request will wait, so a quiet worker is not taken for a hung one."""
+        if self.say is None:
+            return
+        state = self.ledger.snapshot()
+        probe = _probe(self.ledger.holder, self.gpus, need.mib, state.next_ticket)
+        reason = blocker(state.entries, probe, self.budgets())
+        if reason is not None:
+            self.say(f"{what} waits for room on its GPU (up to {self.wait_s:g} s): {reason}")
+
+    @contextlib.contextmanager
+    def engine_lives(self, specs: Sequence[EngineSpec]) -> Iterator[None]:
+        """Whole engine lives in a child process (``gpucompat_isolated``) of a test that shares the GPU: their
+        memory reserved, and the start gate held throughout, since their starts and stops cannot be told apart."""
+        entries = []
+        try:
+            for spec in specs:
+                need = self.need(spec)
+                entries.append(self.ledger.reserve(self.gpus, need.mib, f"{spec.engine} lives", self.budgets,
+                                                   self.wait_s, self.make_room))
+            with self.gate.held("engine lives in a child process"):
+                yield
+        finally:
+            for entry in entries:
+                self.ledger.release(entry)
+
+    # -- tests ------------------------------------------------------------------------------------------------------
+
+    def begin(self, item: pytest.Item) -> None:
+        """At a test's setup: its engines count as in use from here; an exclusive test waits for the GPU alone,
+        any other first makes room for a worker that waits."""
+        for pool in self._pools:
+            pool.begin_cell()
+        self._since = time.time()
+        if not exclusive(self.config, item):
+            self.yield_to_waiters()
+            return
+        while self.make_room():
+            pass
+        what = f"exclusive test {item.nodeid}"
+        self._wait_note(what, Need(None, "exclusive"))
+        self._exclusive = self.ledger.reserve(self.gpus, None, what, self.budgets, self.wait_s, self.make_room)
+
+    def end(self, item: pytest.Item) -> None:
+        """After a test's teardown: an exclusive test gives its GPU back."""
+        entry, self._exclusive = self._exclusive, None
+        if entry is not None:
+            self.ledger.release(entry)
+
+    def yield_to_waiters(self) -> None:
+        """Shut idle engines down while the longest-waiting request of another worker does not fit beside them."""
+        while True:
+            state = self.ledger.snapshot()
+            waiter = first_waiter(state.entries, self.gpus, self.ledger.holder)
+            if waiter is None or blocker(state.entries, waiter, self.budgets()) is None:
+                return
+            if not self.make_room():
+                return
+
+    def holds_gpu(self) -> bool:
+        """Whether the current test holds the GPU alone (an exclusive test)."""
+        return self._exclusive is not None
+
+    def shared(self) -> bool:
+        """Whether another worker's engine was live on this GPU since the test began."""
+        if self._since is None or self.holds_gpu():
+            return False
+        state = self.ledger.snapshot()
+        return shared_since(state.entries, state.released, self.gpus, self.ledger.holder, self._since)
+
+
+def _probe(holder: str, gpus: Sequence[str], mib: float | None, ticket: int) -> Request:
+    """A request as it would stand if it joined the queue now."""
+    return Request(id="probe", holder=holder, gpus=tuple(gpus), mib=mib, what="probe", ticket=ticket)
+
+
+def exclusive(config: pytest.Config, item: pytest.Item) -> bool:
+    """The hook's answer (``pytest_gpucompat_cell_exclusive``), else the declaration: ``exclusive=True`` in the
+    test's gpucompat mark, or the ``gpucompat_isolated`` fixture (whole engine lives in child processes)."""
+    answer = config.hook.pytest_gpucompat_cell_exclusive(config=config, item=item)
+    if answer is not None:
+        return bool(answer)
+    if any(mark.kwargs.get("exclusive") for mark in item.iter_markers("gpucompat")):
+        return True
+    return "gpucompat_isolated" in getattr(item, "fixturenames", ())
+
+
+def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float | None:
+    """GPU memory held by processes outside the run (NVML): what is used less what the run's workers and every
+    process they started hold. When NVML cannot say whose processes these are (a container's other pid
+    namespace), the run is taken to hold what it reserved. None without NVML or without this GPU."""
+    from .checks.ownership import device_memory
+
+    found = device_memory(lambda nvml: _handle(nvml, gpu))
+    if found is None:
+        return None
+    used, held, listed = found
+    return _foreign(used, held, listed, members, reserved_mib)
+
+
+def _handle(pynvml: Any, gpu: str) -> Any:
+    """NVML's handle of a GPU named by UUID (str or bytes, as the binding wants) or by index."""
+    if gpu.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(gpu)
+    except Exception:
+        return pynvml.nvmlDeviceGetHandleByUUID(gpu.encode())
+
+
+def _foreign(used: float, held: Mapping[int, float], listed: bool, members: Sequence[int], reserved: float) -> float:
+    from .checks.ownership import carries_token, descends_from
+    from .engines.processes import stat_fields
+
+    if not listed or (held and not any(stat_fields(pid) is not None for pid in held)):
+        return max(0.0, used - reserved)
+    token = os.environ.get(RUN_ENV, "")
+    ours = sum(mib for pid, mib in held.items()
+               if any(descends_from(pid, m) for m in members) or carries_token(pid, token, RUN_ENV))
+    return max(0.0, used - ours)
+
+
+def engine_lives(config: pytest.Config, specs: Sequence[EngineSpec]) -> AbstractContextManager[Any]:
+    """Around engine lives in a child process: reserved and gated when the test shares its GPU (not exclusive)."""
+    share = share_for(config)
+    if share is None or share.holds_gpu() or not specs:
+        return contextlib.nullcontext()
+    return share.engine_lives(specs)
+
+
+def note_sharing(item: pytest.Item, metrics: dict[str, float]) -> None:
+    """After a test's call: ``measured_under_sharing: 1`` among its figures when other engines ran beside it."""
+    share = share_for(item.config)
+    if share is not None and share.shared():
+        metrics[MEASURED_UNDER_SHARING] = 1.0
+

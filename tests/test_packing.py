@@ -1,0 +1,203 @@
+"""Cells sharing a GPU, the pure part: what each engine needs, what fits, who waits for whom."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucompat.engines import registry
+from pytest_gpucompat.packing import (
+    Request,
+    auto_workers_per_gpu,
+    blocker,
+    budget_mib,
+    engine_need,
+    first_waiter,
+    gpu_of_worker,
+    load_dtype,
+    shared_since,
+)
+from pytest_gpucompat.xdist_support import engine_scope
+
+H200 = 143771.0
+
+
+def test_vllm_needs_its_utilization_of_the_whole_gpu() -> None:
+    need = engine_need("vllm", {"gpu_memory_utilization": 0.08}, H200, None)
+    assert need.mib == pytest.approx(0.08 * H200 + 512)
+    assert "gpu_memory_utilization 0.08" in need.why
+
+
+def test_defaults_are_the_adapters_own() -> None:
+    """The descriptor's default fraction is what the adapter starts the engine with."""
+    from pytest_gpucompat.engines import sglang, trtllm, vllm
+
+    memory = {d.name: d.gpu_memory for d in registry.descriptors()}
+    assert memory["vllm"].default == vllm.LLM_DEFAULTS["gpu_memory_utilization"]
+    assert memory["sglang"].default == sglang.ENGINE_DEFAULTS["mem_fraction_static"]
+    assert memory["tensorrt-llm"].default == trtllm.DEFAULT_FREE_GPU_MEMORY_FRACTION
+    assert engine_need("vllm", {}, 1000.0, None).mib == pytest.approx(0.2 * 1000 + 512)
+
+
+def test_sglang_and_trtllm() -> None:
+    assert engine_need("sglang", {"mem_fraction_static": 0.1}, H200, None).mib == pytest.approx(0.1 * H200 + 1024)
+    # TensorRT-LLM: the weights, then its fraction of what they leave
+    need = engine_need("trtllm", {"kv_cache_free_gpu_memory_fraction": 0.5}, 10000.0, 2000.0)
+    assert need.mib == pytest.approx(2000 + 0.5 * 8000 + 1024)
+    assert engine_need("tensorrt-llm", {}, 10000.0, None).mib is None  # weights unknown: the whole GPU
+
+
+def test_hf_needs_its_weights_in_the_cells_dtype() -> None:
+    assert engine_need("hf", {"dtype": "float32"}, H200, 300.0).mib == pytest.approx(300 + 1024)
+    assert engine_need("hf", {"device": "cpu"}, H200, None).mib == 0.0
+    assert load_dtype("hf", {}) == "float32"
+    assert load_dtype("hf", {"dtype": "fp8"}) == "bfloat16"  # quantized after loading in bfloat16
+    assert load_dtype("vllm", {}) is None  # the checkpoint's own
+    assert load_dtype("vllm", {"dtype": "bf16"}) == "bfloat16"
+
+
+def test_openai_needs_its_servers_share() -> None:
+    server = engine_need("openai", {"server": "vllm", "gpu_memory_utilization": 0.08}, H200, None)
+    assert server.mib == pytest.approx(0.08 * H200 + 512)
+    default = engine_need("openai", {}, 1000.0, None)  # vllm serve with the server's default 0.2
+    assert default.mib == pytest.approx(0.2 * 1000 + 512)
+    assert engine_need("openai", {"endpoint": "http://x:8000"}, H200, None).mib == 0.0
+    assert engine_need("openai", {"server_command": "my-server {port}"}, H200, None).mib is None
+
+
+def test_unknown_needs_take_the_whole_gpu() -> None:
+    assert engine_need("my.engines:Factory", {}, H200, None).mib is None
+    assert engine_need("no-such-engine", {}, H200, None).mib is None
+    assert engine_need("vllm", {"gpu_memory_utilization": "lots"}, H200, None).mib is None
+
+
+def test_budget() -> None:
+    assert budget_mib(1000.0, 0.9, None) == 900.0
+    assert budget_mib(1000.0, 0.9, 300.0) == 600.0
+    assert budget_mib(1000.0, 0.9, 5000.0) == 0.0
+
+
+def req(id: str, holder: str, mib: float | None, ticket: int, held: bool = True, gpus: tuple[str, ...] = ("G",),
+        since: float = 0.0) -> Request:
+    return Request(id=id, holder=holder, gpus=gpus, mib=mib, what=id, ticket=ticket, held=held, since=since)
+
+
+def test_fits_beside_what_is_held() -> None:
+    held = [req("a", "1:1", 400.0, 1), req("b", "2:2", 300.0, 2)]
+    assert blocker(held, req("c", "3:3", 200.0, 3, held=False), {"G": 900.0}) is None
+    reason = blocker(held, req("c", "3:3", 250.0, 3, held=False), {"G": 900.0})
+    assert reason is not None and "needs 250 MiB of G, 200 of its 900 MiB budget free" in reason
+    assert "pid 1" in reason and "pid 2" in reason
+    assert blocker(held, req("c", "3:3", 5000.0, 3, held=False), {"G": None}) is None  # no budget known
+    assert blocker(held, req("c", "3:3", 250.0, 3, held=False, gpus=("H",)), {"G": 900.0, "H": 900.0}) is None
+
+
+def test_queue_order_keeps_a_large_request_from_starving() -> None:
+    held = req("a", "1:1", 600.0, 1)
+    big = req("big", "2:2", 500.0, 2, held=False)
+    small = req("small", "3:3", 100.0, 3, held=False)
+    assert blocker([held, big, small], small, {"G": 900.0}) is not None  # 600 + 500 ahead + 100 > 900
+    assert blocker([held, big, small], big, {"G": 900.0}) is not None
+    assert blocker([big, small], big, {"G": 900.0}) is None
+    assert first_waiter([held, big, small], ("G",), "1:1") == big
+
+
+def test_exclusive_waits_for_an_empty_gpu_and_keeps_others_out() -> None:
+    exclusive = req("x", "1:1", None, 5, held=False)
+    assert "hold no other engine" in blocker([req("a", "2:2", 100.0, 1), exclusive], exclusive, {"G": 900.0})
+    assert blocker([exclusive], exclusive, {"G": 900.0}) is None
+    later = req("b", "2:2", 1.0, 6, held=False)
+    assert "needs G whole" in blocker([exclusive, later], later, {"G": 900.0})  # queued behind it
+    held = req("x", "1:1", None, 5)
+    assert "held whole" in blocker([held, later], later, {"G": 900.0})
+    # the exclusive test's own engines start beside it
+    own = req("own", "1:1", 100.0, 7, held=False)
+    assert blocker([held, own], own, {"G": 900.0}) is None
+
+
+def test_a_need_beyond_the_budget_is_a_need_for_the_whole_gpu() -> None:
+    huge = req("huge", "1:1", 1000.0, 2, held=False)
+    assert "hold no other engine" in blocker([req("a", "2:2", 1.0, 1), huge], huge, {"G": 900.0})
+    assert blocker([huge], huge, {"G": 900.0}) is None  # alone it runs, as it would without sharing
+
+
+def test_shared_since() -> None:
+    mine = req("m", "1:1", 10.0, 1)
+    assert not shared_since([mine], {}, ("G",), "1:1", since=100.0)
+    assert shared_since([mine, req("o", "2:2", 10.0, 2)], {}, ("G",), "1:1", since=100.0)
+    assert not shared_since([req("o", "2:2", 10.0, 2, held=False)], {}, ("G",), "1:1", since=100.0)
+    assert shared_since([], {"G": {"2:2": 150.0}}, ("G",), "1:1", since=100.0)  # stopped during the test
+    assert not shared_since([], {"G": {"2:2": 50.0, "1:1": 150.0}}, ("G",), "1:1", since=100.0)
+    assert not shared_since([req("o", "2:2", 10.0, 2, gpus=("H",))], {}, ("G",), "1:1", since=100.0)
+
+
+def test_workers_per_gpu() -> None:
+    assert auto_workers_per_gpu(16, 1) == 4
+    assert auto_workers_per_gpu(8, 1) == 2
+    assert auto_workers_per_gpu(2, 1) == 1
+    assert auto_workers_per_gpu(128, 8) == 4
+    assert auto_workers_per_gpu(None, 0) == 1
+    assert [gpu_of_worker(i, 2, 2) for i in range(5)] == [0, 0, 1, 1, 0]
+    assert [gpu_of_worker(i, 1, 3) for i in range(4)] == [0, 1, 2, 0]  # the default: one GPU per worker
+
+
+def test_engine_scope_keeps_one_engine_configuration_together() -> None:
+    smoke = "suites/test_smoke.py::test_generates_requested_tokens[tiny-qwen2-vllm-dtype=bfloat16-max_model_len=512]"
+    precision = "suites/test_precision.py::test_logprobs_close[tiny-qwen2-vllm-dtype=bfloat16-max_model_len=512]"
+    assert engine_scope(smoke) == engine_scope(precision)
+    assert engine_scope("tests/test_a.py::test_plain") == "tests/test_a.py::test_plain"
+    assert engine_scope("t.py::test[a]") != engine_scope("t.py::test[b]")
+
+
+def test_exclusive_is_a_declaration_of_the_mark_not_a_cell() -> None:
+    from pytest_gpucompat.errors import InputError
+    from pytest_gpucompat.matrix import cells_from_marker
+
+    plain = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}}, "t")
+    alone = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}, "exclusive": True}, "t")
+    assert [c.id for c in alone] == [c.id for c in plain]
+    with pytest.raises(InputError, match="must be True or False"):
+        cells_from_marker((), {"engine": "hf", "exclusive": "yes"}, "t")
+
+
+def test_the_benchmark_compares_cells_and_outcomes() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+    spec = importlib.util.spec_from_file_location("bench_run", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(nodeid: str, outcome: str, engine_s: float, duration: float = 1.0, **metrics: float) -> dict:
+        return {"nodeid": nodeid, "outcome": outcome, "duration_s": duration,
+                "metrics": {"engine_s": engine_s, **metrics}}
+
+    serial = {"cells": [cell("suites/test_smoke.py::a", "passed", 10.0),
+                        cell("suites/test_memory.py::m", "passed", 50.0, duration=60.0)]}
+    packed = {"cells": [cell("suites/test_smoke.py::a", "passed", 12.0, measured_under_sharing=1.0),
+                        cell("suites/test_memory.py::m", "passed", 51.0)]}
+    summary = bench.packing_summary(serial, packed)
+    assert summary["same_cells"] and summary["same_outcomes"]
+    assert (summary["serial_engine_s"], summary["packed_engine_s"]) == (60.0, 63.0)
+    assert summary["serial_exclusive_s"] == 60.0 and summary["shared_cells"] == 1
+    packed["cells"][1]["outcome"] = "failed"
+    changed = bench.packing_summary(serial, packed)
+    assert not changed["same_outcomes"]
+    assert changed["changed_outcomes"] == {"suites/test_memory.py::m": ["passed", "failed"]}
+
+
+def test_n_auto_starts_workers_per_gpu(monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> None:
+    import dataclasses
+
+    from pytest_gpucompat import fingerprint, xdist_support
+
+    gpus = (fingerprint.GPU(index=0, name="H200", uuid="GPU-a"), fingerprint.GPU(index=1, name="H200", uuid="GPU-b"))
+    collect = fingerprint.collect
+    monkeypatch.setattr(fingerprint, "collect", lambda *a, **k: dataclasses.replace(collect(*a, **k), gpus=gpus))
+    assert xdist_support.auto_num_workers(pytester.parseconfig()) == 2  # the default: one per GPU
+    config = pytester.parseconfig("--gpucompat-workers-per-gpu", "3")
+    assert xdist_support.auto_num_workers(config) == 6 and xdist_support.packing(config)
+    assert not xdist_support.packing(pytester.parseconfig())
+    monkeypatch.setattr(fingerprint, "collect", lambda *a, **k: dataclasses.replace(collect(*a, **k), gpus=()))
+    assert xdist_support.auto_num_workers(config) == 1 and not xdist_support.packing(config)

@@ -1,0 +1,229 @@
+"""Workers sharing one GPU, end to end through pytest-xdist on the CPU: a fake GPU in the fingerprint, engines
+whose need a conftest hook gives, the ledger and the start gate for real. Two workers are pinned to the one GPU
+and share its ledger, an exclusive test never overlaps another, and a reservation that cannot fit fails its cell
+with the reason after --gpucompat-gpu-wait instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONFTEST = textwrap.dedent("""
+    import dataclasses
+
+    import pytest_gpucompat.fingerprint as fingerprint
+
+    _collect = fingerprint.collect
+
+
+    def _one_gpu(*args, **kwargs):  # a GPU of 1000 MiB, whatever this machine has
+        fp = _collect(*args, **kwargs)
+        gpu = fingerprint.GPU(index=0, name="NVIDIA H200", uuid="GPU-fake-0", memory_mib=1000)
+        return dataclasses.replace(fp, gpus=(gpu,))
+
+
+    fingerprint.collect = _one_gpu
+
+
+    def pytest_gpucompat_gpu_need(config, spec, total_mib):
+        return spec.params.get("mib")
+""")
+
+FAKE_ENGINE = textwrap.dedent("""
+    from pytest_gpucompat.engines.base import RunInfo
+
+
+    class Engine:
+        name = "fake"
+
+        def start(self, spec):
+            return RunInfo(engine="fake", version="0", device="cuda")
+
+        def generate(self, prompts, max_tokens, top_n):
+            return []
+
+        def embed(self, prompts):
+            return []
+
+        def shutdown(self):
+            pass
+""")
+
+HELPERS = textwrap.dedent("""
+    import json, os, time
+
+    import pytest
+
+    from pytest_gpucompat import EngineSpec
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+    def engine(pool, mib, n):
+        return pool.get(EngineSpec(engine="fake_engine:Engine", model="m", params={"isolated": False, "mib": mib,
+                                                                                  "n": n}))
+
+
+    def mark(name):
+        open(os.path.join(HERE, name + ".mark"), "w").close()
+
+
+    def wait_for(name, timeout=60.0):
+        deadline = time.time() + timeout
+        while not os.path.exists(os.path.join(HERE, name + ".mark")):
+            assert time.time() < deadline, f"{name} never came: were the two tests given the same worker?"
+            time.sleep(0.05)
+
+
+    def record(request, began):
+        row = {"test": request.node.nodeid, "start": began, "end": time.time(),
+               "worker": os.environ.get("PYTEST_XDIST_WORKER"), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+               "ledger": os.environ.get("GPUCOMPAT_SHARED_RUN")}
+        with open(os.path.join(HERE, "intervals.jsonl"), "a") as fh:
+            fh.write(json.dumps(row) + "\\n")
+""")
+
+SHARED = HELPERS + textwrap.dedent("""
+
+    @pytest.mark.gpucompat(engine="hf", params={"meet": [0, 1]})
+    def test_meet(gpucompat_cell, gpucompat_pool, request):
+        n = gpucompat_cell.params["meet"]
+        engine(gpucompat_pool, 300, f"meet{n}")
+        began = time.time()
+        mark(f"meet{n}")  # both engines are up at once: two workers, one GPU
+        wait_for(f"meet{1 - n}")
+        time.sleep(0.3)
+        record(request, began)
+
+
+    @pytest.mark.gpucompat(engine="hf", params={"x": [0, 1]}, exclusive=True)
+    def test_exclusive(gpucompat_cell, gpucompat_pool, request):
+        began = time.time()
+        engine(gpucompat_pool, 200, "own")  # its own engine starts inside its hold
+        time.sleep(0.5)
+        record(request, began)
+
+
+    @pytest.mark.gpucompat(engine="hf", params={"n": [0, 1, 2, 3]})
+    def test_shared(gpucompat_cell, gpucompat_pool, request):
+        engine(gpucompat_pool, 300, gpucompat_cell.params["n"])
+        began = time.time()
+        time.sleep(0.3)
+        record(request, began)
+""")
+
+STARVED = HELPERS + textwrap.dedent("""
+
+    @pytest.mark.gpucompat(engine="hf", params={"hog": [0]})
+    def test_hog(gpucompat_cell, gpucompat_pool):
+        engine(gpucompat_pool, 800, "hog")
+        mark("hog")
+        wait_for("starved", timeout=60)
+
+
+    @pytest.mark.gpucompat(engine="hf", params={"starve": [0]})
+    def test_starved(gpucompat_cell, gpucompat_pool):
+        wait_for("hog")
+        try:
+            engine(gpucompat_pool, 500, "starved")
+        finally:
+            mark("starved")
+""")
+
+
+@pytest.fixture
+def shared_gpu(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytest.importorskip("xdist")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(fake_engine=FAKE_ENGINE)
+    return pytester
+
+
+def intervals(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "intervals.jsonl").read_text().splitlines()]
+
+
+def test_two_workers_share_one_gpu_and_an_exclusive_test_runs_alone(shared_gpu: pytest.Pytester) -> None:
+    shared_gpu.makepyfile(test_share=SHARED)
+    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "--gpucompat-workers-per-gpu", "2", "-p", "no:randomly",
+                                  "--gpucompat-report", "r.json")
+    result.assert_outcomes(passed=8)
+    rows = intervals(shared_gpu.path)
+    assert {r["worker"] for r in rows} == {"gw0", "gw1"}
+    assert {r["gpu"] for r in rows} == {"GPU-fake-0"}  # both pinned to the one GPU
+    assert len({r["ledger"] for r in rows}) == 1 and None not in {r["ledger"] for r in rows}
+    exclusive = [r for r in rows if "test_exclusive" in r["test"]]
+    assert len(exclusive) == 2
+    for alone in exclusive:
+        for other in rows:
+            if other is not alone:
+                assert other["end"] <= alone["start"] or other["start"] >= alone["end"], (alone, other)
+    cells = {c["nodeid"].split("::")[1]: c for c in json.loads((shared_gpu.path / "r.json").read_text())["cells"]}
+    assert cells["test_meet[hf-meet=0]"]["metrics"]["measured_under_sharing"] == 1.0
+    assert "measured_under_sharing" not in cells["test_exclusive[hf-x=0]"]["metrics"]
+
+
+def test_a_reservation_that_cannot_fit_fails_after_the_wait(shared_gpu: pytest.Pytester) -> None:
+    shared_gpu.makepyfile(test_starve=STARVED)
+    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "--gpucompat-workers-per-gpu", "2", "-p", "no:randomly",
+                                  "--gpucompat-gpu-wait", "1", "--gpucompat-report", "r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    (starved,) = [c for c in json.loads((shared_gpu.path / "r.json").read_text())["cells"]
+                  if "test_starved" in c["nodeid"]]
+    assert starved["outcome"] == "failed"
+    reason = starved["reason"]
+    assert "no room on the GPU for fake_engine:Engine on m after waiting 1 s (--gpucompat-gpu-wait)" in reason
+    assert "needs 500 MiB of GPU-fake-0, 100 of its 900 MiB budget free" in reason
+    assert "fake_engine:Engine on m (pid" in reason
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["one-worker-per-gpu", "no-gpu"])
+def test_without_sharing_nothing_changes(shared_gpu: pytest.Pytester, gpu: bool) -> None:
+    """The default (one worker per GPU), or no GPU at all: no ledger, no gate, no figure added."""
+    args = ["--gpucompat-workers-per-gpu", "1"]
+    if not gpu:
+        shared_gpu.makeconftest(CONFTEST.replace("fingerprint.collect = _one_gpu", ""))
+        args = ["--gpucompat-workers-per-gpu", "2"]
+    shared_gpu.makepyfile(test_share=SHARED.replace('wait_for(f"meet{1 - n}")', "pass"))
+    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "-p", "no:randomly", "--gpucompat-report", "r.json", *args)
+    result.assert_outcomes(passed=8)
+    assert {r["ledger"] for r in intervals(shared_gpu.path)} == {None}
+    report = json.loads((shared_gpu.path / "r.json").read_text())
+    assert not [c for c in report["cells"] if "measured_under_sharing" in c["metrics"]]
+
+
+def test_memory_of_processes_outside_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget leaves out what strangers hold: the run's workers and what they started are not strangers."""
+    import os
+    import subprocess
+    import sys
+    import types
+
+    from pytest_gpucompat.sharing import foreign_mib
+
+    mib = 1024 * 1024
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a process this worker started
+    try:
+        listing = [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=500 * mib),
+                   types.SimpleNamespace(pid=child.pid, usedGpuMemory=2000 * mib),
+                   types.SimpleNamespace(pid=1, usedGpuMemory=3000 * mib)]  # not ours
+        fake = types.SimpleNamespace(
+            nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+            nvmlDeviceGetHandleByUUID=lambda uuid: {"GPU-a": "a"}[uuid],
+            nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=6000 * mib),
+            nvmlDeviceGetComputeRunningProcesses=lambda h: listing)
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        assert foreign_mib("GPU-a", [os.getpid()], reserved_mib=0.0) == pytest.approx(3500.0)  # 3000 + unlisted 500
+        assert foreign_mib("GPU-missing", [os.getpid()], reserved_mib=0.0) is None
+        # NVML's pids from another pid namespace: the run is taken to hold what it reserved
+        listing[:] = [types.SimpleNamespace(pid=2**22 + 7, usedGpuMemory=6000 * mib)]
+        assert foreign_mib("GPU-a", [os.getpid()], reserved_mib=4000.0) == pytest.approx(2000.0)
+    finally:
+        child.kill()
+        child.wait()
+    monkeypatch.delitem(sys.modules, "pynvml")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML at all
+    assert foreign_mib("GPU-a", [os.getpid()], reserved_mib=0.0) is None
