@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,43 +40,50 @@ class CellState:
     # findings measured while the cell ran (gpucompat_flag): reported with the rules' findings, but not rules
     flagged: tuple[Finding, ...] = ()
 
-    # the parts of the payload that only change with the findings, built once and shared by the reports of the
-    # setup, call and teardown phases: pytest keeps every report to the end of the run, and every object they hold
-    # is walked again by each full garbage collection
-    _fixed: tuple[tuple[Finding, ...], tuple[Finding, ...], dict[str, Any]] | None = field(
+    # the part of the payload that only changes with the findings, as JSON text, built once for the reports of the
+    # setup, call and teardown phases, and the text last sent
+    _fixed: tuple[tuple[Finding, ...], tuple[Finding, ...], str] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    _sent: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _sent: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def payload_for(self, when: str, passed: bool, runner: str | None) -> dict[str, Any] | None:
-        """The payload a phase's report carries, or None where it would tell the report writer nothing new: a
-        passed teardown that changed nothing since the call (xdist serializes every user property). A passed
-        setup still carries it: the cell must exist should the run be interrupted or its worker die in the call."""
-        payload = self.payload(runner)
-        if passed and when == "teardown" and payload == self._sent:
-            return None
-        self._sent = payload
-        return payload
+    def payload_for(self, when: str, passed: bool, runner: str | None) -> str | None:
+        """The payload a phase's report carries, as JSON text, or None where it would tell the report writer
+        nothing new: a passed teardown that changed nothing since the call. A passed setup still carries it: the
+        cell must exist should the run be interrupted or its worker die in the call.
 
-    def payload(self, runner: str | None) -> dict[str, Any]:
-        """What travels on the test report (xdist serializes user_properties) to the report writer; every phase's
-        payload carries all findings so far, so the last one a report writer sees has them all."""
+        Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the
+        garbage collector never walks, where a dict of dicts and lists is a dozen walked by every full collection
+        (on 10,000 cells, full collections are the largest part of the plugin's cost). xdist sends it as it is."""
         fixed = self._fixed
         if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
-            findings, flagged = self.findings, self.flagged
-            fixed = self._fixed = (findings, flagged, {
-                **plain(self.cell.to_dict()),
-                "rules": [f.id for f in findings],
-                "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
-                              "summary": f.summary, "action": f.action, "failure": f.failure,
-                              "unconfirmed": f.unconfirmed} for f in (*findings, *flagged)],
-            })
+            fixed = self._fixed = (self.findings, self.flagged, json.dumps(self._fixed_part(), default=str)[1:-1])
+        text = "{" + fixed[2] + "," + json.dumps(self._variable_part(runner), default=str)[1:]
+        if passed and when == "teardown" and text == self._sent:
+            return None
+        self._sent = text
+        return text
+
+    def payload(self, runner: str | None) -> dict[str, Any]:
+        """What the report writer learns of the cell (``payload_for`` as a dict); every phase's payload carries all
+        findings so far, so the last one a report writer sees has them all."""
+        return {**self._fixed_part(), **self._variable_part(runner)}
+
+    def _fixed_part(self) -> dict[str, Any]:
         return {
-            **fixed[2],
-            "metrics": dict(self.metrics),
-            "series": {k: list(v) for k, v in self.series.items()},
-            "info": dict(self.info),
-            "notes": dict(self.notes),
+            **plain(self.cell.to_dict()),
+            "rules": [f.id for f in self.findings],
+            "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
+                          "summary": f.summary, "action": f.action, "failure": f.failure,
+                          "unconfirmed": f.unconfirmed} for f in (*self.findings, *self.flagged)],
+        }
+
+    def _variable_part(self, runner: str | None) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "series": self.series,
+            "info": self.info,
+            "notes": self.notes,
             "log_tail": self.log_tail,
             "not_covered": self.not_covered,
             "engine_failed": self.engine_failed,

@@ -76,6 +76,8 @@ class ReportCollector:
             self._crashed(report, crash)
         else:
             payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
+            if isinstance(payload, str):  # JSON text (state.CellState.payload_for)
+                payload = json.loads(payload)
             if payload is None:  # a passed teardown that told nothing new, or a test that is no cell
                 cell = self.cells.get(report.nodeid)
                 if cell is not None:
