@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 GOALS = {
     "fingerprint_vs_collect_env": (">=", 10.0),
+    "env_vs_bare_nvml": ("<=", 1.5),
     "kb_cells_per_s": (">=", 1_000_000.0),
     "plugin_overhead_ratio": ("<=", 1.15),
     "plugin_overhead_ratio_no_report": ("<=", 1.15),
@@ -163,6 +164,21 @@ def _command_version(key: str) -> str | None:
     return found
 
 
+_BARE_NVML = """
+try:
+    import pynvml
+    pynvml.nvmlInit()
+except Exception:
+    raise SystemExit(0)
+pynvml.nvmlSystemGetDriverVersion()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetMemoryInfo(h), pynvml.nvmlDeviceGetUUID(h)
+    pynvml.nvmlDeviceGetCudaComputeCapability(h)
+pynvml.nvmlShutdown()
+"""
+
+
 def bench_fingerprint(runs: int) -> dict[str, Any]:
     gpucompat = _bin("gpucompat")
     ours_argv = [gpucompat, "env", "--json"] if gpucompat else [sys.executable, "-m", "pytest_gpucompat.cli",
@@ -185,6 +201,12 @@ def bench_fingerprint(runs: int) -> dict[str, Any]:
     doctor = _bin("env-doctor")
     others.append(("env_doctor", "env-doctor check --json", [doctor, "check", "--json"] if doctor else None,
                    None if doctor else "env-doctor is not installed (no `env-doctor` command)"))
+
+    # the floor: a bare process that asks NVML what `gpucompat env` asks it (nothing can fingerprint a GPU faster)
+    _log(f"fingerprint: bare NVML floor x{runs}")
+    floor = _time_process([sys.executable, "-c", _BARE_NVML], runs)
+    out["bare_nvml"] = {"argv": ["python -c <pynvml: init, per GPU name/memory/uuid/cc, shutdown>"], **floor}
+    out["env_vs_bare_nvml"] = ours["median_s"] / floor["median_s"]
 
     for key, label, argv, reason in others:
         ratio_key = "fingerprint_vs_" + key
@@ -743,6 +765,9 @@ def table(result: dict[str, Any]) -> str:
                            ("env_doctor", "env-doctor check --json")):
             entry = fp.get(key) or {}
             rows.append((f"{label} (median)", _fmt(entry.get("median_s"), " s"), entry.get("reason") or ""))
+        rows.append(("bare NVML floor (median)", _fmt(fp["bare_nvml"]["median_s"], " s"), ""))
+        rows.append(("env_vs_bare_nvml", _fmt(result.get("env_vs_bare_nvml"), "x"),
+                     _goal("env_vs_bare_nvml", result.get("env_vs_bare_nvml"))))
         for key in ("fingerprint_vs_collect_env", "fingerprint_vs_vllm_collect_env", "fingerprint_vs_env_doctor"):
             reason = result.get(key + "_reason") or ""
             rows.append((key, _fmt(result.get(key), "x"), _goal(key, result.get(key)) or reason))
@@ -876,8 +901,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         data = step()
         if name == "fingerprint":
-            result.update({k: v for k, v in data.items() if k.startswith("fingerprint_vs_")})
-            result["fingerprint"] = {k: v for k, v in data.items() if not k.startswith("fingerprint_vs_")}
+            ratio = ("fingerprint_vs_", "env_vs_")
+            result.update({k: v for k, v in data.items() if k.startswith(ratio)})
+            result["fingerprint"] = {k: v for k, v in data.items() if not k.startswith(ratio)}
         else:
             result.update(data)
     text = table(result)
