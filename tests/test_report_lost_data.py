@@ -278,3 +278,32 @@ def test_series_per_cycle_reach_the_report(pytester: pytest.Pytester) -> None:
                         .read_text())
     jsonschema.validate(data, schema)
     assert load_report(pytester.path / "r.json").cells[0].series == {"host_rss_mib": (100.0, 101.5, None, 103.0)}
+
+
+@pytest.mark.parametrize("signal_name", ["KeyboardInterrupt", "SIGTERM"])
+def test_cell_stopped_in_setup_is_in_the_report_as_interrupted(pytester, signal_name):
+    """An engine start takes minutes: Ctrl-C or SIGTERM then arrives in a cell's setup, before its first report."""
+    stop = "raise KeyboardInterrupt" if signal_name == "KeyboardInterrupt" else "os.kill(os.getpid(), signal.SIGTERM)"
+    pytester.makepyfile(f"""
+        import os, signal, time, pytest
+
+        @pytest.fixture
+        def engine(gpucompat_cell):
+            if gpucompat_cell.params["n"] == 2:
+                {stop}
+                time.sleep(30)
+
+        @pytest.mark.gpucompat(engine="hf", params={{"n": [1, 2, 3]}})
+        def test_cell(gpucompat_cell, engine):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("--gpucompat", "--gpucompat-report", "r.json", timeout=120)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["interrupted"] is True
+    cells = {c["nodeid"].split("::", 1)[1]: c for c in report["cells"]}
+    assert list(cells) == ["test_cell[hf-n=1]", "test_cell[hf-n=2]"]
+    stopped = cells["test_cell[hf-n=2]"]
+    assert (stopped["outcome"], stopped["when"], stopped["engine"], stopped["params"]) == ("error", "setup", "hf",
+                                                                                          {"n": 2})
+    assert stopped["reason"].startswith("interrupted in setup")

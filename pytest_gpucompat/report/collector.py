@@ -7,7 +7,6 @@ end, also on Ctrl-C, so nothing that ran is lost.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -24,12 +23,8 @@ from typing import Any
 import pytest
 
 from ..state import NOT_COVERED, RunState, cell_key
+from .lock import ReportLock
 from .text import first_line
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no flock, so the report path is not guarded
-    fcntl = None  # type: ignore[assignment]
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
@@ -56,6 +51,7 @@ class ReportCollector:
                 raise pytest.UsageError(f"gpucompat: --gpucompat-report {self.path}: {problem}")
         self._check_baseline_options()
         self._lock = ReportLock(self.path) if self.path else None
+        self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self.cells: dict[str, dict[str, Any]] = {}
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
@@ -157,7 +153,7 @@ class ReportCollector:
             return False
         return waited * _CHECKPOINT_SHARE > self._write_s_per_cell * len(self.cells)
 
-    def _new_cell(self, report: pytest.TestReport, payload: dict[str, Any]) -> dict[str, Any]:
+    def _new_cell(self, report: pytest.TestReport | pytest.Item, payload: dict[str, Any]) -> dict[str, Any]:
         return {
             "nodeid": report.nodeid,
             "engine": payload.get("engine"),
@@ -171,7 +167,7 @@ class ReportCollector:
             "series": dict(payload.get("series") or {}),
             "duration_s": 0.0,
             "log_tail": payload.get("log_tail"),
-            "worker": _worker_id(report),
+            "worker": _worker_id(report) if isinstance(report, pytest.TestReport) else None,
             "info": payload.get("info") or {},
             "notes": payload.get("notes") or {},
             "gpu": payload.get("gpu"),
@@ -208,9 +204,24 @@ class ReportCollector:
         if self._cells_dir is not None:
             shutil.rmtree(self._cells_dir, ignore_errors=True)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._in_setup = item
+
+    @pytest.hookimpl
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        self._in_setup = None
+
     @pytest.hookimpl
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        """Ctrl-C or SIGTERM. A cell stopped in its setup (an engine start takes minutes) has sent no report yet:
+        it is put in the report from what was collected, as interrupted, rather than left out."""
         self.interrupted = True
+        item, self._in_setup = self._in_setup, None
+        cs = item.stash.get(cell_key, None) if item is not None and item.nodeid not in self.cells else None
+        if item is not None and cs is not None:
+            cell = self.cells[item.nodeid] = self._new_cell(item, cs.payload(self.state.fingerprint.name))
+            cell["reason"], cell["when"] = "interrupted in setup: the run was stopped before the cell ran", "setup"
 
     # ------------------------------------------------------------------ writing
 
@@ -359,54 +370,6 @@ class ReportCollector:
             tr.write_line(f"report: {self.path}")
         if self.diff_text:
             tr.write_line(self.diff_text)
-
-
-class ReportLock:
-    """An exclusive lock on ``REPORT.lock``, held from configure to unconfigure: two runs writing one report
-    would each replace the other's file and the last writer would win in silence, so the second is refused."""
-
-    def __init__(self, report: str) -> None:
-        self.report, self.path = report, f"{report}.lock"
-        self._fd: int | None = None
-        if fcntl is None:
-            return
-        try:
-            while self._fd is None:
-                self._fd = self._take()
-        except OSError as exc:
-            raise pytest.UsageError(f"gpucompat: --gpucompat-report {report}: cannot lock {self.path}: "
-                                    f"{exc.strerror or exc}") from None
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, f"{os.getpid()}\n".encode())
-
-    def _take(self) -> int | None:
-        """The locked file's descriptor; None when the file was replaced meanwhile (take the new one)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise pytest.UsageError(
-                f"gpucompat: {self.report} is being written by another run (pid {owner})"
-            ) from None
-        try:
-            current = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current != os.fstat(fd).st_ino:  # the run that held it removed it between our open and our lock
-            os.close(fd)
-            return None
-        return fd
-
-    def release(self) -> None:
-        """Remove the file while still holding it (a run that opened it meanwhile sees that and retries)."""
-        if self._fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-        os.close(self._fd)
-        self._fd = None
 
 
 def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str | None) -> None:
