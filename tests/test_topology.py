@@ -63,7 +63,7 @@ def _run_env(tmp_path: Path, topo: str | None) -> subprocess.CompletedProcess[st
     bindir.mkdir()
     if topo is not None:
         fake = bindir / "nvidia-smi"
-        fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{topo}EOF\n")
+        fake.write_text(f"#!{sys.executable}\nprint({topo!r}, end='')\n")
         fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}"}
     return subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", "env", "--topology"], capture_output=True,
@@ -71,13 +71,11 @@ def _run_env(tmp_path: Path, topo: str | None) -> subprocess.CompletedProcess[st
 
 
 def test_env_topology_exits_1_when_nvidia_smi_disagrees(tmp_path: Path) -> None:
-    # this machine's fingerprint has no links; a fake nvidia-smi says two NVLinked GPUs
-    proc = _run_env(tmp_path, H200X2)
-    if "GPU0-GPU1" not in proc.stdout:  # a machine whose real NVML sees the same link: nothing to disagree on
-        assert proc.returncode == 0
-        return
-    assert proc.returncode == 1
-    assert "topology: GPU0-GPU1: fingerprint says no link, nvidia-smi topo -m says nvlink" in proc.stdout
+    # a fake nvidia-smi names GPUs 60 and 61 joined by NVLink: no fingerprint of this machine has that link
+    topo = H200X2.replace("GPU0", "GPU60").replace("GPU1", "GPU61")
+    proc = _run_env(tmp_path, topo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "topology: GPU60-GPU61: fingerprint says no link, nvidia-smi topo -m says nvlink" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 
