@@ -98,7 +98,7 @@ def _logprob(value: float) -> float | None:
     return round(float(value), LOGPROB_DECIMALS) if math.isfinite(value) else None
 
 
-def _generation_dict(gen: Generation) -> dict[str, Any]:
+def generation_dict(gen: Generation) -> dict[str, Any]:
     out: dict[str, Any] = {
         "token_ids": [int(t) for t in gen.token_ids],
         "logprobs": [{str(int(k)): _logprob(v) for k, v in step.items()} for step in gen.logprobs],
@@ -111,7 +111,7 @@ def _generation_dict(gen: Generation) -> dict[str, Any]:
 def _recorded_dict(rec: Recorded) -> dict[str, Any]:
     out = {"engine": rec.engine, "params": dict(rec.params), "dtype": rec.dtype, "device": rec.device,
            "version": rec.version, "runner": rec.runner, "fingerprint": rec.fingerprint,
-           "generations": [_generation_dict(g) for g in rec.generations]}
+           "generations": [generation_dict(g) for g in rec.generations]}
     if rec.kind is not None:
         out["kind"] = rec.kind
     return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import outputs
 from .checkpoint import ModelIdentity, model_identity
 from .checks.golden import GoldenVerdict, judge
 from .engines.base import Generation, RunInfo
@@ -122,6 +123,12 @@ class CellGolden:
                              "reference": None if reference is None else reference.kind,
                              "recorded_by": None if reference is None else reference.runner})
         return verdict
+
+    def keep(self, candidate: Sequence[Generation], max_tokens: int, top_n: int) -> None:
+        """Put the cell's outputs into its report (outputs.py), with or without golden options: what lets a merged
+        fleet report or `gpucompat diff` compare runners output to output."""
+        identity = self.run.identity(self.model) if self.run is not None else model_identity(self.model)
+        self.note(outputs.KEY, outputs.keep(identity.digest, self.prompts.digest, max_tokens, top_n, candidate))
 
     def record(self, candidate: Sequence[Generation], info: RunInfo, max_tokens: int, top_n: int,
                reference: Sequence[Generation] | None = None, reference_info: RunInfo | None = None,

@@ -68,6 +68,7 @@ METRICS: dict[str, Metric] = {
         Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
         *_golden("golden_", "the golden reference (--gpucompat-golden)"),
         *_golden("golden_cell_", "the same cell in the golden file"),
+        *_golden("outputs_", "the same cell's outputs on the other runner or in the baseline (report/cross.py)"),
         Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference"),
         Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
                "memory growth per engine create/destroy, of the signal nearest its limit"),

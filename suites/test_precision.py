@@ -59,6 +59,7 @@ def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpuc
 
     candidate = gpucompat_engine.engine.generate(prompts, MAX_TOKENS, TOP_N)
     _check_what_ran(gpucompat_cell, gpucompat_engine.info, gpucompat_flag, gpucompat_record)
+    gpucompat_golden.keep(candidate, MAX_TOKENS, TOP_N)  # what the model said, for runner-to-runner comparisons
     problems = []
     golden = gpucompat_golden.check(candidate, key, MAX_TOKENS, TOP_N)  # None without --gpucompat-golden
     if golden is not None and not golden.passed:

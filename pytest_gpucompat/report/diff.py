@@ -26,7 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .. import outputs
 from ..metrics import METRICS, spread_name
+from . import cross
 from .model import CellRecord, FindingRecord, Report
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})
@@ -351,6 +353,19 @@ def _metric_changes(
     return regressions, improvements, noisy
 
 
+def _with_output_drift(before: CellRecord, after: CellRecord) -> tuple[CellRecord, CellRecord]:
+    """Both cells with the ``outputs_*`` figures when both kept their outputs (report/cross.py): the current run's
+    outputs against the baseline's, the baseline as identical to itself, so `--fail-on
+    outputs_max_abs_logprob_delta:+0.3` fails a cell whose answers moved more than 0.3 nats from the baseline's."""
+    compared = cross.pair(before, after)
+    if compared is None or not compared.figures:
+        return before, after
+    first = outputs.from_cell(before.extra)
+    assert first is not None  # a pair with figures had outputs on both sides
+    return (replace(before, metrics={**before.metrics, **outputs.identical(first)}),
+            replace(after, metrics={**after.metrics, **compared.figures}))
+
+
 def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = ()) -> DiffResult:
     """Regressions, improvements, new broken findings, newly stale rules, new and missing cells.
 
@@ -401,6 +416,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
             )
         elif before.outcome in BAD and after.outcome in {"passed", "xpassed"}:
             improvements.append(Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome))
+        before, after = _with_output_drift(before, after)
         worse, better, noisy = _metric_changes(key, before, after, limits)
         regressions.extend(worse)
         improvements.extend(better)

@@ -16,14 +16,17 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from .. import outputs
 from .charts import charts_section
+from .cross import SUMMARY as CROSS_SUMMARY
+from .cross import figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, key_figures, rule_of
 from .html_assets import CSS, JS, JS_ERRORS
 from .html_runners import abbreviated, e, fingerprint_card, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
 from .model import SEVERITIES, CellRecord, FindingRecord, Report
-from .text import gpu_summary, one_line, plain
+from .text import format_params, gpu_summary, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
 _PARAM_CHARS = 30  # a longer parameter value is cut, with the whole of it on hover
@@ -277,6 +280,31 @@ def _findings_section(report: Report) -> str:
     return out
 
 
+def _cross_section(report: Report) -> str:
+    pairs = runner_pairs(report)
+    if not pairs:
+        return ""
+    rows = "".join(
+        f"<tr><td><code>{e(p.test.rpartition('::')[2] or p.test)}</code></td><td>{e(p.engine or '-')}</td>"
+        f"<td>{e(format_params(p.params))}</td><td>{e(p.first)} → {e(p.second)}</td>"
+        + "".join(f"<td>{e(t)}</td>" for t in figures_text(p)) + "</tr>"
+        for p in pairs
+    )
+    return (f'<section id="cross"><h2>Runner against runner <span class="muted">({len(pairs)})</span></h2>'
+            f'<p class="muted">{e(CROSS_SUMMARY)}</p><table class="grid"><thead><tr><th>test</th><th>engine</th>'
+            "<th>params</th><th>runners</th><th>first divergence</th><th>max |Δlogprob|</th>"
+            f"<th>token agreement</th></tr></thead><tbody>{rows}</tbody></table></section>")
+
+
+def _embedded(cell: CellRecord) -> dict[str, Any]:
+    """A cell as the page's script shows it: its outputs (kilobytes of logprobs) stay in the JSON report."""
+    data = cell.to_dict()
+    kept = data.pop(outputs.KEY, None)
+    if kept is not None:
+        data[outputs.KEY] = f"{len(kept.get('generations') or [])} generations, in the JSON report"
+    return data
+
+
 def _stale_section(report: Report) -> str:
     stale = stale_rules(report)
     if not stale:
@@ -321,7 +349,7 @@ def render_html(report: Report) -> str:
     """The whole page as a string."""
     index_of = {id(cell): i for i, cell in enumerate(report.cells)}
     data = {
-        "cells": [cell.to_dict() for cell in report.cells],
+        "cells": [_embedded(cell) for cell in report.cells],
         "gpus": {name: gpu_summary(fp) for name, fp in report.runners.items()},
         "words": CELL_WORDS,
         "states": [cell_state(cell) for cell in report.cells],
@@ -355,6 +383,7 @@ def render_html(report: Report) -> str:
             f"<main>{_matrix(report, index_of)}</main>",
             charts_section(report),
             _uncovered_section(report),
+            _cross_section(report),
             _findings_section(report),
             _stale_section(report),
             f'<section id="runners"><h2>Runners <span class="muted">({len(report.runners)})</span></h2>{cards}'

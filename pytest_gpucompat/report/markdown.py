@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ..metrics import KEY_FIGURES
+from .cross import SUMMARY as CROSS_SUMMARY
+from .cross import figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, format_value, rule_of
 from .merge import matrix_rows, uncovered_cells
@@ -257,6 +259,7 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- … and {len(failures) - max_items} more")
         out.append("")
 
+    out += _cross_section(report, max_items)
     out += _findings_section(report, max_items)
     out += _stale_section(report, max_items)
 
@@ -268,6 +271,21 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- … and {len(uncovered) - max_items} more")
         out.append("")
     return out
+
+
+def _cross_section(report: Report, max_items: int) -> list[str]:
+    pairs = runner_pairs(report)
+    if not pairs:
+        return []
+    rows = [[_code(_short_test(p.test), table=True), _text(p.engine or "-"),
+             _code(format_params(p.params), table=True) if p.params else "",
+             f"{_text(p.first)} → {_text(p.second)}", *(_text(t) for t in figures_text(p))] for p in pairs[:max_items]]
+    out = [f"### Runner against runner ({len(pairs)})", "", CROSS_SUMMARY, ""]
+    out += _table(["Test", "Engine", "Params", "Runners", "First divergence", "Max \\|Δlogprob\\|",
+                   "Token agreement"], rows)
+    if len(pairs) > max_items:
+        out.append(f"\n… and {len(pairs) - max_items} more pairs: see the HTML/JSON report.")
+    return out + [""]
 
 
 def _known_issue(cell: CellRecord) -> str:
