@@ -106,3 +106,10 @@ def test_markdown_and_html_show_the_pairs_html_keeps_outputs_out_of_the_page_dat
     assert '"-0.1"' not in page and "2 generations, in the JSON report" in page
     single = render_markdown(_report("h200", _gens()))
     assert "Runner against runner" not in single
+
+
+def test_a_gate_on_first_divergence_fails_any_changed_token() -> None:
+    baseline = _report("h200", _gens())
+    gate = [parse_threshold("outputs_first_divergence:-0.5")]
+    assert diff_reports(baseline, _report("h200", _gens(0.01, flip_at=3)), gate).regressed
+    assert not diff_reports(baseline, _report("h200", _gens(0.01)), gate).regressed
