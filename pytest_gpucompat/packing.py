@@ -137,7 +137,12 @@ def blocker(requests: Iterable[Request], me: Request, budgets: Mapping[str, floa
 
     On each of its GPUs: nothing held whole by another holder; for a request of the whole GPU, nothing held at all
     and nobody ahead in the queue; otherwise no whole-GPU request ahead, and what is held plus what those ahead
-    asked plus its own need within the budget. A holder that holds a GPU whole takes more of it at once."""
+    asked plus its own need within the budget. A holder that holds a GPU whole takes more of it at once.
+
+    A holder that already holds an engine on the GPU (a precision test's engine asking for its reference) is not
+    queued behind anyone: what it holds may be in use and is given back only after it gets this, while a request
+    ahead of it (a cell that needs the GPU whole, above all) may be waiting for exactly that: the queue would then
+    wait for itself. Only the room the others hold counts for it."""
     others = [r for r in requests if r.id != me.id]
     for gpu in me.gpus:
         here = [r for r in others if gpu in r.gpus]
@@ -145,7 +150,8 @@ def blocker(requests: Iterable[Request], me: Request, budgets: Mapping[str, floa
         if any(r.held and r.holder == me.holder and whole(r, budget) for r in here):
             continue  # its own exclusive cell starting an engine
         held = [r for r in here if r.held]
-        ahead = [r for r in here if not r.held and r.ticket < me.ticket]
+        holding = any(r.holder == me.holder for r in held)
+        ahead = [] if holding else [r for r in here if not r.held and r.ticket < me.ticket]
         alone = [r for r in held if whole(r, budget)]
         if alone:
             return f"{gpu} is held whole by {_describe(alone[:1])}"

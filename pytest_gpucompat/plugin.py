@@ -79,7 +79,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist installed, pytest must still start
+# pytest-xdist's hook: without xdist installed, pytest must still start. tryfirst: xdist's own implementation (the
+# CPU count) answers first whenever it was registered after this plugin, e.g. with `-p pytest_gpucompat.plugin`.
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return xdist_support.auto_num_workers(config) if _enabled(config) else None
 

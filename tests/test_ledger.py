@@ -150,3 +150,16 @@ def test_a_gate_whose_holder_died_is_free(tmp_path: Path) -> None:
     proc.join(30)
     with StartGate(tmp_path, ["G"], timeout_s=5).held("after a crash"):
         pass
+
+
+def test_a_holder_gets_its_second_engine_while_an_exclusive_test_waits(tmp_path: Path) -> None:
+    """The deadlock seen on the H200: A's engine in use, B's exclusive test queued, A asks for a reference engine.
+    A gets it at once; B waits for both of A's to be given back, then runs."""
+    _clock, (a, b) = ledgers(tmp_path, "1:1", "2:2")
+    candidate = a.reserve(("G",), 300.0, "vllm", lambda: BUDGET, timeout_s=1)
+    queued = b.enqueue(("G",), None, "exclusive test t.py::test_mem")
+    reference = a.reserve(("G",), 100.0, "hf reference", lambda: BUDGET, timeout_s=1)  # no wait, no timeout
+    assert b.try_take(queued, BUDGET) is not None
+    a.release(reference)
+    a.release(candidate)
+    assert b.try_take(queued, BUDGET) is None

@@ -114,6 +114,22 @@ def test_exclusive_waits_for_an_empty_gpu_and_keeps_others_out() -> None:
     assert blocker([held, own], own, {"G": 900.0}) is None
 
 
+def test_a_worker_holding_an_engine_is_not_queued_behind_an_exclusive_waiter() -> None:
+    """Seen on the H200 with 16 workers: worker A held its vLLM engine (in use by a precision test) and asked for
+    the hf reference; B's exclusive memory test, queued earlier, waited for A to hold nothing; A waited behind B."""
+    vllm = req("v", "1:1", 12000.0, 7)
+    exclusive = req("x", "2:2", None, 10, held=False)
+    reference = req("r", "1:1", 1000.0, 11, held=False)
+    stranger = req("s", "3:3", 1000.0, 12, held=False)
+    budget = {"G": 100000.0}
+    assert blocker([vllm, exclusive, reference, stranger], reference, budget) is None  # no wait for itself
+    assert "needs G whole" in blocker([vllm, exclusive, reference, stranger], stranger, budget)  # others queue
+    assert "hold no other engine" in blocker([vllm, exclusive], exclusive, budget)  # it waits for A to finish
+    # room still counts: what others hold
+    other = req("o", "3:3", 98000.0, 3)
+    assert "needs 1000 MiB" in blocker([vllm, other, reference], reference, budget)
+
+
 def test_a_need_beyond_the_budget_is_a_need_for_the_whole_gpu() -> None:
     huge = req("huge", "1:1", 1000.0, 2, held=False)
     assert "hold no other engine" in blocker([req("a", "2:2", 1.0, 1), huge], huge, {"G": 900.0})
@@ -201,3 +217,15 @@ def test_n_auto_starts_workers_per_gpu(monkeypatch: pytest.MonkeyPatch, pytester
     assert not xdist_support.packing(pytester.parseconfig())
     monkeypatch.setattr(fingerprint, "collect", lambda *a, **k: dataclasses.replace(collect(*a, **k), gpus=()))
     assert xdist_support.auto_num_workers(config) == 1 and not xdist_support.packing(config)
+
+
+def test_n_auto_is_ours_whatever_order_the_plugins_load_in(pytester: pytest.Pytester) -> None:
+    """Loaded with `-p` (before pytest-xdist registers), the plugin's answer to `-n auto` must still win over
+    xdist's CPU count: on this machine without a GPU, one worker, not one per core."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:gpucompat", "-p", "no:gpucompat_fixtures",
+                                           "-p", "pytest_gpucompat.plugin", "-p", "pytest_gpucompat.fixtures",
+                                           "-p", "no:randomly", "--gpucompat", "-n", "auto")
+    result.stdout.fnmatch_lines(["*created: 1/1 worker*"])
+    assert result.ret == 0
