@@ -100,7 +100,7 @@ def test_markdown_and_html_show_the_pairs_html_keeps_outputs_out_of_the_page_dat
     fleet = merge_reports([_report("h200", _gens()), _report("a100", _gens(0.3, flip_at=2))])
     md = render_markdown(fleet)
     assert "### Runner against runner (1)" in md
-    assert "| h200 → a100 | position 2 | 2.4 | 87.5 % |" in md
+    assert "| `tiny-qwen2-vllm-dtype=bfloat16` | h200 → a100 | position 2 | 2.4 | 87.5 % |" in md
     page = render_html(fleet)
     assert '<section id="cross">' in page and "h200 → a100" in page
     assert '"-0.1"' not in page and "2 generations, in the JSON report" in page

@@ -81,3 +81,23 @@ def test_without_log_dir_only_failed_logs_are_kept(pytester: pytest.Pytester) ->
     assert cells["test_broken[hf-n=2]"]["reason"].startswith("broken failed: broken() raised ValueError")
     kept_log.unlink()
     kept_log.parent.rmdir()
+
+
+def _deep_check(blocks: int) -> None:
+    if blocks <= 0:  # a bare `assert`, as an engine's module has it (pytest rewrites asserts in tests only)
+        raise AssertionError
+
+
+def test_an_exception_without_a_message_says_where_it_was_raised() -> None:
+    """A bare `assert` deep in an engine (vLLM 0.26 with an fp8_e5m2 KV cache on an H200) said only
+    "AssertionError": the cell must say which line of which module."""
+    from pytest_gpucompat.engines import one_line
+
+    try:
+        _deep_check(0)
+    except AssertionError as exc:
+        line = one_line(exc)
+    assert line.startswith("AssertionError at tests/test_engine_logs.py:") or \
+        line.startswith("AssertionError at test_engine_logs.py:"), line
+    assert line.endswith("(raise AssertionError)")
+    assert one_line(ValueError("bad value\nmore")) == "ValueError: bad value"

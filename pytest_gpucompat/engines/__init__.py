@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import linecache
+import os
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -161,8 +164,31 @@ def unit_vector(values: Sequence[Any]) -> list[float]:
 
 
 def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes."""
+    """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes. An exception
+    without a message (a bare `assert` deep in an engine) says where it was raised instead: `AssertionError at
+    vllm/v1/worker/gpu/attn_utils.py:232 (assert kv_cache_shape[0] == num_blocks)`."""
     text = str(exc).strip().splitlines()
     first = text[0].strip() if text else ""
     name = type(exc).__name__
-    return f"{name}: {first}" if first else name
+    if first:
+        return f"{name}: {first}"
+    where = raised_at(exc)
+    return f"{name} at {where}" if where else name
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """The innermost frame of ``exc``'s traceback as `package/module.py:line (source line)`: the module's dotted
+    name gives the path, so it reads the same from any site directory."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    if not frames:
+        return None
+    frame, lineno = frames[-1]
+    module = str(frame.f_globals.get("__name__") or "")
+    filename = frame.f_code.co_filename
+    if module and module != "__main__":
+        package = os.path.basename(filename) == "__init__.py"
+        path = module.replace(".", "/") + ("/__init__.py" if package else ".py")
+    else:
+        path = os.path.basename(filename)
+    source = linecache.getline(filename, lineno).strip()
+    return f"{path}:{lineno}" + (f" ({source[:120]})" if source else "")

@@ -75,6 +75,13 @@ SUMMARY = ("Each precision cell that two runners ran, compared on what the model
            "logprobs), the second runner against the first, with the precision suite's figures.")
 
 
+def cell_id(p: RunnerPair) -> str:
+    """The parametrization of the pair's test item (``tiny-qwen2-vllm-dtype=bfloat16-...``): model, engine and
+    parameters in one, which is what tells two pairs of one test apart."""
+    head, sep, rest = p.nodeid.partition("[")
+    return rest[:-1] if sep and rest.endswith("]") else head
+
+
 def figures_text(p: RunnerPair) -> tuple[str, str, str]:
     """(first divergence, max |Δlogprob|, token agreement) as a table shows them; the reason when not compared."""
     if p.reason:

@@ -19,14 +19,14 @@ from typing import Any
 from .. import outputs
 from .charts import charts_section
 from .cross import SUMMARY as CROSS_SUMMARY
-from .cross import figures_text, runner_pairs
+from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, key_figures, rule_of
 from .html_assets import CSS, JS, JS_ERRORS
 from .html_runners import abbreviated, e, fingerprint_card, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
 from .model import SEVERITIES, CellRecord, FindingRecord, Report
-from .text import format_params, gpu_summary, one_line, plain
+from .text import gpu_summary, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
 _PARAM_CHARS = 30  # a longer parameter value is cut, with the whole of it on hover
@@ -285,14 +285,14 @@ def _cross_section(report: Report) -> str:
     if not pairs:
         return ""
     rows = "".join(
-        f"<tr><td><code>{e(p.test.rpartition('::')[2] or p.test)}</code></td><td>{e(p.engine or '-')}</td>"
-        f"<td>{e(format_params(p.params))}</td><td>{e(p.first)} → {e(p.second)}</td>"
+        f"<tr><td><code>{e(p.test.rpartition('::')[2] or p.test)}</code></td><td><code>{e(cell_id(p))}</code></td>"
+        f"<td>{e(p.first)} → {e(p.second)}</td>"
         + "".join(f"<td>{e(t)}</td>" for t in figures_text(p)) + "</tr>"
         for p in pairs
     )
     return (f'<section id="cross"><h2>Runner against runner <span class="muted">({len(pairs)})</span></h2>'
-            f'<p class="muted">{e(CROSS_SUMMARY)}</p><table class="grid"><thead><tr><th>test</th><th>engine</th>'
-            "<th>params</th><th>runners</th><th>first divergence</th><th>max |Δlogprob|</th>"
+            f'<p class="muted">{e(CROSS_SUMMARY)}</p><table class="grid"><thead><tr><th>test</th><th>cell</th>'
+            "<th>runners</th><th>first divergence</th><th>max |Δlogprob|</th>"
             f"<th>token agreement</th></tr></thead><tbody>{rows}</tbody></table></section>")
 
 

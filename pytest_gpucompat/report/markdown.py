@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from ..metrics import KEY_FIGURES
 from .cross import SUMMARY as CROSS_SUMMARY
-from .cross import figures_text, runner_pairs
+from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, format_value, rule_of
 from .merge import matrix_rows, uncovered_cells
@@ -277,12 +277,10 @@ def _cross_section(report: Report, max_items: int) -> list[str]:
     pairs = runner_pairs(report)
     if not pairs:
         return []
-    rows = [[_code(_short_test(p.test), table=True), _text(p.engine or "-"),
-             _code(format_params(p.params), table=True) if p.params else "",
+    rows = [[_code(_short_test(p.test), table=True), _code(cell_id(p), table=True),
              f"{_text(p.first)} → {_text(p.second)}", *(_text(t) for t in figures_text(p))] for p in pairs[:max_items]]
     out = [f"### Runner against runner ({len(pairs)})", "", CROSS_SUMMARY, ""]
-    out += _table(["Test", "Engine", "Params", "Runners", "First divergence", "Max \\|Δlogprob\\|",
-                   "Token agreement"], rows)
+    out += _table(["Test", "Cell", "Runners", "First divergence", "Max \\|Δlogprob\\|", "Token agreement"], rows)
     if len(pairs) > max_items:
         out.append(f"\n… and {len(pairs) - max_items} more pairs: see the HTML/JSON report.")
     return out + [""]
