@@ -166,7 +166,8 @@ def unit_vector(values: Sequence[Any]) -> list[float]:
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes. An exception
     without a message (a bare `assert` deep in an engine) says where it was raised instead: `AssertionError at
-    vllm/v1/worker/gpu/attn_utils.py:232 (assert kv_cache_shape[0] == num_blocks)`."""
+    vllm/v1/worker/gpu/attn_utils.py:232: assert kv_cache_shape[0] == num_blocks`, as failures.last_error reads it
+    from a log."""
     text = str(exc).strip().splitlines()
     first = text[0].strip() if text else ""
     name = type(exc).__name__
@@ -177,7 +178,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def raised_at(exc: BaseException) -> str | None:
-    """The innermost frame of ``exc``'s traceback as `package/module.py:line (source line)`: the module's dotted
+    """The innermost frame of ``exc``'s traceback as `package/module.py:line: source line`: the module's dotted
     name gives the path, so it reads the same from any site directory."""
     frames = list(traceback.walk_tb(exc.__traceback__))
     if not frames:
@@ -191,4 +192,4 @@ def raised_at(exc: BaseException) -> str | None:
     else:
         path = os.path.basename(filename)
     source = linecache.getline(filename, lineno).strip()
-    return f"{path}:{lineno}" + (f" ({source[:120]})" if source else "")
+    return f"{path}:{lineno}" + (f": {source[:120]}" if source else "")
