@@ -24,10 +24,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .engines.processes import start_time
-from .packing import Request, blocker
+from .packing import Request, blocker, describe, stalled
 
 LEDGER = "ledger.json"
 POLL_S = 0.2
+STALL_S = 60.0
+"""How long every waiting worker must have waited on one another before one gives up: longer than an engine's
+shutdown, during which a worker waits while it still holds the room it is freeing."""
 
 
 class GpuWaitTimeout(Exception):
@@ -165,6 +168,12 @@ class Ledger:
                                  for e in state.entries]
             return reason
 
+    def _stalled_on(self, entry_id: str, budgets: Mapping[str, float | None]) -> list[Request]:
+        """The stalled waiting requests (packing.stalled) when this entry is the latest of them, else none: exactly
+        one worker of a stall gives up, and its engines, no longer in use, make room for the others."""
+        cycle = stalled(self.snapshot().entries, budgets)
+        return cycle if cycle and max(cycle, key=lambda r: r.ticket).id == entry_id else []
+
     def release(self, entry_id: str) -> None:
         """Give a held entry back (or leave the queue); a held one is remembered as released now."""
         with self._locked() as state:
@@ -185,6 +194,7 @@ class Ledger:
         GpuWaitTimeout with the last reason."""
         entry_id = self.enqueue(gpus, mib, what)
         deadline = self.clock() + timeout_s
+        stalled_since: float | None = None
         try:
             while True:
                 reason = self.try_take(entry_id, budgets())
@@ -192,9 +202,16 @@ class Ledger:
                     return entry_id
                 if make_room():
                     continue
-                if self.clock() >= deadline:
+                now = self.clock()
+                if now >= deadline:
                     raise GpuWaitTimeout(f"no room on the GPU for {what} after waiting {timeout_s:g} s "
                                          f"(--gpucompat-gpu-wait): {reason}")
+                cycle = self._stalled_on(entry_id, budgets())
+                stalled_since = (stalled_since or now) if cycle else None
+                if cycle and now - stalled_since >= STALL_S:
+                    raise GpuWaitTimeout(f"no room on the GPU for {what}: every worker holding room there waits "
+                                         f"too ({describe(cycle)}), so none would give it back; this one gives up "
+                                         f"after {STALL_S:g} s: {reason}")
                 self.sleep(POLL_S)
         except BaseException:
             self.release(entry_id)

@@ -154,26 +154,39 @@ def blocker(requests: Iterable[Request], me: Request, budgets: Mapping[str, floa
         ahead = [] if holding else [r for r in here if not r.held and r.ticket < me.ticket]
         alone = [r for r in held if whole(r, budget)]
         if alone:
-            return f"{gpu} is held whole by {_describe(alone[:1])}"
+            return f"{gpu} is held whole by {describe(alone[:1])}"
         if whole(me, budget):
             if held:
-                return f"waits for {gpu} to hold no other engine of the run: {_describe(held)}"
+                return f"waits for {gpu} to hold no other engine of the run: {describe(held)}"
             if ahead:
-                return f"waits its turn on {gpu} behind {_describe(ahead)}"
+                return f"waits its turn on {gpu} behind {describe(ahead)}"
             continue
         if any(whole(r, budget) for r in ahead):
-            return f"waits behind a cell that needs {gpu} whole: {_describe([r for r in ahead if whole(r, budget)])}"
+            return f"waits behind a cell that needs {gpu} whole: {describe([r for r in ahead if whole(r, budget)])}"
         if budget is None:
             continue
         used = sum(r.mib or 0.0 for r in (*held, *ahead))
         assert me.mib is not None
         if used + me.mib > budget:
             return (f"needs {me.mib:.0f} MiB of {gpu}, {max(0.0, budget - used):.0f} of its {budget:.0f} MiB budget "
-                    f"free: {_describe(held + ahead)}")
+                    f"free: {describe(held + ahead)}")
     return None
 
 
-def _describe(requests: Sequence[Request]) -> str:
+def stalled(requests: Iterable[Request], budgets: Mapping[str, float | None]) -> list[Request]:
+    """The waiting requests when none of them can ever be granted: none fits now, and every worker holding room
+    on the GPUs they wait for is itself waiting (so nobody will give room back); empty otherwise. The one with
+    the latest ticket is the one to give up (``Ledger.reserve``)."""
+    entries = list(requests)
+    waiting = [r for r in entries if not r.held]
+    if not waiting or any(blocker(entries, r, budgets) is None for r in waiting):
+        return []
+    gpus = {g for r in waiting for g in r.gpus}
+    holders = {r.holder for r in entries if r.held and gpus & set(r.gpus)}
+    return waiting if holders and holders <= {r.holder for r in waiting} else []
+
+
+def describe(requests: Sequence[Request]) -> str:
     shown = [f"{r.what} (pid {r.holder.partition(':')[0]}{'' if r.held else ', waiting'}"
              f"{'' if r.mib is None else f', {r.mib:.0f} MiB'})" for r in requests[:3]]
     more = f" and {len(requests) - 3} more" if len(requests) > 3 else ""

@@ -163,3 +163,25 @@ def test_a_holder_gets_its_second_engine_while_an_exclusive_test_waits(tmp_path:
     a.release(reference)
     a.release(candidate)
     assert b.try_take(queued, BUDGET) is None
+
+
+def test_workers_waiting_on_one_another_give_up_one_not_after_the_whole_wait(tmp_path: Path) -> None:
+    """Two workers each hold an engine in use and each ask for room the other holds: nobody will give any back.
+    The later request gives up after the stall time (not --gpucompat-gpu-wait's 1800 s), naming the cycle."""
+    from pytest_gpucompat.ledger import STALL_S
+
+    clock, (a, b) = ledgers(tmp_path, "1:1", "2:2")
+    a.reserve(("G",), 500.0, "vllm A", lambda: BUDGET, timeout_s=1)
+    b.reserve(("G",), 400.0, "vllm B", lambda: BUDGET, timeout_s=1)
+    a.enqueue(("G",), 300.0, "hf reference A")  # A waits (it cannot fit beside B's 400 MiB)
+    start = clock.now
+    with pytest.raises(GpuWaitTimeout, match="every worker holding room there waits too"):
+        b.reserve(("G",), 300.0, "hf reference B", lambda: BUDGET, timeout_s=1800)
+    assert STALL_S <= clock.now - start < STALL_S + 1
+
+
+def test_a_wait_on_a_busy_holder_is_no_stall(tmp_path: Path) -> None:
+    clock, (a, b) = ledgers(tmp_path, "1:1", "2:2")
+    a.reserve(("G",), 900.0, "vllm A", lambda: BUDGET, timeout_s=1)  # A holds, and is not waiting: it will finish
+    with pytest.raises(GpuWaitTimeout, match="after waiting 300 s"):
+        b.reserve(("G",), 300.0, "hf B", lambda: BUDGET, timeout_s=300)
