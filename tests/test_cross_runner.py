@@ -113,3 +113,30 @@ def test_a_gate_on_first_divergence_fails_any_changed_token() -> None:
     gate = [parse_threshold("outputs_first_divergence:-0.5")]
     assert diff_reports(baseline, _report("h200", _gens(0.01, flip_at=3)), gate).regressed
     assert not diff_reports(baseline, _report("h200", _gens(0.01)), gate).regressed
+
+
+@pytest.mark.parametrize(("nodeid", "engine", "model"), [
+    ("t.py::f[tiny-mistral-vllm-dtype=bfloat16]", "vllm", "tiny-mistral"),
+    ("t.py::f[qwen2-300m-hf-dtype=float32]", "hf", "qwen2-300m"),
+    ("t.py::f[my-hf-model-hf-dtype=float32]", "hf", "my-hf-model"),  # the engine's name inside the model's
+    ("t.py::f[tiny-qwen2-hf]", "hf", "tiny-qwen2"),
+    ("t.py::f[vllm-dtype=bfloat16]", "vllm", None),
+    ("t.py::f", "hf", None),
+])
+def test_the_model_of_a_cell_comes_from_its_id(nodeid: str, engine: str, model: str | None) -> None:
+    from pytest_gpucompat.report.text import model_of
+
+    assert model_of(nodeid, engine) == model
+
+
+def test_a_matrix_of_two_models_says_which_row_is_which() -> None:
+    def cell(model: str) -> dict[str, Any]:
+        return {"nodeid": f"t.py::f[{model}-vllm-dtype=bfloat16]", "test": "t.py::f", "engine": "vllm",
+                "params": {"dtype": "bfloat16"}, "outcome": "passed"}
+
+    two = Report.from_run({"name": "h200"}, [cell("tiny-qwen2"), cell("tiny-mistral")])
+    md = render_markdown(two)
+    assert "`model=tiny-qwen2 dtype=bfloat16`" in md and "`model=tiny-mistral dtype=bfloat16`" in md
+    assert "model=<b>tiny-mistral</b>" in render_html(two)
+    one = render_markdown(Report.from_run({"name": "h200"}, [cell("tiny-qwen2")]))
+    assert "model=" not in one  # one model: nothing to tell apart

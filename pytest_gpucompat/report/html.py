@@ -26,7 +26,7 @@ from .html_assets import CSS, JS, JS_ERRORS
 from .html_runners import abbreviated, e, fingerprint_card, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
 from .model import SEVERITIES, CellRecord, FindingRecord, Report
-from .text import gpu_summary, one_line, plain
+from .text import gpu_summary, model_of, models_in, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
 _PARAM_CHARS = 30  # a longer parameter value is cut, with the whole of it on hover
@@ -127,8 +127,11 @@ def _shared_params(cells: list[CellRecord]) -> dict[str, Any]:
     return {k: v for k, v in first.items() if all(k in c.params and c.params[k] == v for c in cells[1:])}
 
 
-def _row_header(cell: CellRecord, shared: Mapping[str, Any]) -> str:
+def _row_header(cell: CellRecord, shared: Mapping[str, Any], with_model: bool = False) -> str:
     chips = []
+    model = model_of(cell.nodeid, cell.engine) if with_model else None
+    if model:
+        chips.append(_chip("model", model))
     if cell.engine:
         chips.append(f'<span class="engine">{e(cell.engine)}</span>')
     chips.extend(_chip(k, v) for k, v in cell.params.items() if k not in shared)
@@ -213,6 +216,7 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
         runner_header(i, name, report.runners[name], summary.get(name, {})) for i, name in enumerate(runners)
     )
     hosts = {name: found[1] for name, fp in report.runners.items() if (found := what_if_of(fp))}
+    with_model = len(models_in(report.cells)) > 1
     body: list[str] = []
     for group in _group_rows(rows):
         firsts = [next(iter(row.values())) for row in group]
@@ -233,7 +237,7 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
             )
             body.append(
                 f'<tr class="row" data-engine="{e(any_cell.engine or "")}" data-states="{e(states)}" '
-                f'data-search="{e(_search_text(row))}">{_row_header(any_cell, shared)}{tds}</tr>'
+                f'data-search="{e(_search_text(row))}">{_row_header(any_cell, shared, with_model)}{tds}</tr>'
             )
     return (
         '<div class="matrix-wrap"><table class="matrix"><thead><tr>'

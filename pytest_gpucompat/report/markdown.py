@@ -19,7 +19,7 @@ from .diff import stale_rules
 from .figures import STATES, cell_state, format_value, rule_of
 from .merge import matrix_rows, uncovered_cells
 from .model import OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report
-from .text import engine_versions, format_params, gpu_summary, one_line, stack_summary
+from .text import engine_versions, format_params, gpu_summary, model_of, models_in, one_line, stack_summary
 
 #: Engine kernel packages named next to the runners table when a fingerprint has them (fingerprint.TRACKED_PACKAGES).
 KERNEL_PACKAGES: tuple[str, ...] = ("flashinfer-python", "sglang-kernel", "xformers", "flash-attn", "triton")
@@ -208,6 +208,14 @@ def _cell_text(cell: CellRecord, what_if: bool) -> str:
     return f"{word}: {_text(', '.join(figures))}" if figures else word
 
 
+def _params_text(cell: CellRecord, with_model: bool) -> str:
+    """The cell's parameters, after its model where the report ran more than one."""
+    model = model_of(cell.nodeid, cell.engine) if with_model else None
+    text = " ".join(t for t in (f"model={model}" if model else "", format_params(cell.params) if cell.params else "")
+                    if t)
+    return _code(text, table=True) if text else ""
+
+
 def _row_rank(row: dict[str, CellRecord]) -> int:
     return min(_ROW_RANK.get(cell_state(cell), 4) for cell in row.values())
 
@@ -220,6 +228,7 @@ def _matrix(report: Report, max_rows: int, budget: int) -> list[str]:
         return out + ["No gpucompat cells in this report.", ""]
     what_if = {name for name, fp in report.runners.items() if fp.get("what_if")}
     rows = sorted(rows, key=lambda item: _row_rank(item[1]))  # stable: test order within a rank
+    with_model = len(models_in(report.cells)) > 1
     lines = _table(["Test", "Engine", "Params", *(_text(r) for r in runners)], [])
     out += [_ROW_ORDER, ""]
     used = _size(out) + _size(lines)
@@ -229,7 +238,7 @@ def _matrix(report: Report, max_rows: int, budget: int) -> list[str]:
         line = "| " + " | ".join([
             _code(_short_test(any_cell.test), table=True),
             _text(any_cell.engine or "-"),
-            _code(format_params(any_cell.params), table=True) if any_cell.params else "",
+            _params_text(any_cell, with_model),
             *(_cell_text(row[r], r in what_if) if r in row else "-" for r in runners),
         ]) + " |"
         used += len(line.encode("utf-8")) + 1

@@ -8,7 +8,8 @@ table cell or a title, where nothing may be lost but the line breaks).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: Packages shown in matrix headers, in this order, when a fingerprint has them.
@@ -72,3 +73,20 @@ def format_params(params: Mapping[str, Any]) -> str:
     """`dtype=bfloat16 tensor_parallel_size=2`: stable, short, one line."""
     return " ".join(f"{k}={plain(v)}" for k, v in params.items())
 
+
+
+def model_of(nodeid: str, engine: str | None) -> str | None:
+    """The model a matrix cell ran, from its test id (``test[tiny-mistral-vllm-dtype=...]`` -> ``tiny-mistral``):
+    what comes before the engine's name where that name is followed by the first ``key=`` or ends the id; None
+    when the id names no model (an older report, or no engine)."""
+    _, sep, ident = nodeid.partition("[")
+    if not sep or not engine:
+        return None
+    ident = ident[:-1] if ident.endswith("]") else ident
+    found = re.match(rf"(?P<model>.+?)-{re.escape(engine)}(?:-[A-Za-z_][A-Za-z0-9_]*=|$)", ident)
+    return found.group("model") if found else None
+
+
+def models_in(cells: Iterable[Any]) -> set[str]:
+    """The models a report's cells ran (``model_of`` each): more than one, and a matrix row must say which."""
+    return {m for c in cells if (m := model_of(c.nodeid, c.engine)) is not None}
