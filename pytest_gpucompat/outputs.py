@@ -36,10 +36,10 @@ class CellOutputs:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "prompts": self.prompts, "max_tokens": self.max_tokens, "top_n": self.top_n,
-                "generations": [generation_dict(replace_text(g)) for g in self.generations]}
+                "generations": [generation_dict(_without_text(g)) for g in self.generations]}
 
 
-def replace_text(gen: Generation) -> Generation:
+def _without_text(gen: Generation) -> Generation:
     """Text stays out of the report's outputs: the prompts' digest already names what was asked."""
     return gen if gen.text is None else Generation(token_ids=gen.token_ids, logprobs=gen.logprobs)
 
@@ -86,8 +86,9 @@ IDENTICAL: Mapping[str, float] = {PREFIX + "max_abs_logprob_delta": 0.0, PREFIX 
 (``first_divergence`` is the generation length, set per cell)."""
 
 
-def identical(outputs: CellOutputs) -> dict[str, float]:
-    return {**IDENTICAL, PREFIX + "first_divergence": float(outputs.max_tokens)}
+def identical(max_tokens: int) -> dict[str, float]:
+    """The figures of a run of ``max_tokens`` tokens per prompt against itself."""
+    return {**IDENTICAL, PREFIX + "first_divergence": float(max_tokens)}
 
 
 def keep(model_digest: str, prompts_digest: str, max_tokens: int, top_n: int,
