@@ -16,6 +16,7 @@ from typing import Any
 from ..fingerprint import Fingerprint
 from .match import (
     MACHINE_CONDITIONS,
+    WEIGHTS_PARAM,
     Facts,
     clear_facts_cache,
     engine_holds,
@@ -59,7 +60,7 @@ def matching_rules(
         candidates = fpi.by_engine_param.get(key)
         if candidates is None:
             candidates = fpi.candidates(None, key)
-    return fpi.kb_index.match(candidates, merged, fpi.facts)
+    return fpi.kb_index.match(candidates, merged, fpi)
 
 
 def _value_key(value: Any) -> Any:
@@ -106,7 +107,7 @@ class _KbIndex:
 
     __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "engine_free",
                  "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results",
-                 "chunks", "fingerprints", "needs_mask", "needs_rules", "verdicts")
+                 "chunks", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_plans", "verdicts")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
@@ -118,8 +119,13 @@ class _KbIndex:
         # needs compare the cell with the machine: judged per cell, only for the rules that have them
         self.needs_rules = tuple((1 << i, r.when) for i, r in enumerate(self.rules) if has_needs(r.when))
         self.needs_mask = 0
-        for bit, _ in self.needs_rules:
+        needs_names: dict[str, None] = {}
+        for bit, w in self.needs_rules:
             self.needs_mask |= bit
+            needs_names.update(dict.fromkeys((*w.needs_gpus, *w.needs_memory, *((WEIGHTS_PARAM,) if w.needs_memory
+                                                                                  else ()))))
+        self.needs_names = tuple(needs_names)  # the parameters every needs verdict depends on
+        self.needs_plans: dict[tuple[Any, ...], tuple[str, ...]] = {}  # a cell's parameter names -> needs names
         by_field: dict[Any, list[tuple[int, Conditions]]] = {}
         by_name: dict[str, list[tuple[int, Conditions]]] = {}
         for i, rule in enumerate(self.rules):
@@ -207,7 +213,7 @@ class _KbIndex:
             self.plans[keys] = plan
         return plan
 
-    def match(self, candidates: int, params: Mapping[str, Any], facts: Facts) -> list[Rule]:
+    def match(self, candidates: int, params: Mapping[str, Any], fpi: _FingerprintIndex) -> list[Rule]:
         mask = candidates
         if mask & self.param_mask:
             keys = tuple(params)
@@ -225,15 +231,34 @@ class _KbIndex:
                         table[key] = bits
                 mask &= bits
         if mask & self.needs_mask:
-            for bit, w in self.needs_rules:
-                if mask & bit and not needs_hold(w, facts, params):
-                    mask &= ~bit
+            mask &= ~self._needs_failing(params, fpi)
         found = self.results.get(mask)
         if found is None:
             found = self._rules_of(mask)
             if len(self.results) < _MAX_CACHED:
                 self.results[mask] = found
         return list(found)
+
+    def _needs_failing(self, params: Mapping[str, Any], fpi: _FingerprintIndex) -> int:
+        """The rules whose ``needs`` do not hold for this cell on this machine; remembered per fingerprint by the
+        values of the few parameters needs look at that the cell has (a cell without them all is one key)."""
+        keys = tuple(params)
+        present = self.needs_plans.get(keys)
+        if present is None:
+            present = tuple(name for name in self.needs_names if name in params)
+            if len(self.needs_plans) < _MAX_CACHED:
+                self.needs_plans[keys] = present
+        key = (present, *(_value_key(params[name]) for name in present)) if present else ()
+        cacheable = _UNCACHEABLE not in key
+        failing = fpi.needs_failing.get(key) if cacheable else None
+        if failing is None:
+            failing = 0
+            for bit, w in self.needs_rules:
+                if not needs_hold(w, fpi.facts, params):
+                    failing |= bit
+            if cacheable and len(fpi.needs_failing) < _MAX_CACHED:
+                fpi.needs_failing[key] = failing
+        return failing
 
     def _rules_of(self, mask: int) -> tuple[Rule, ...]:
         found: list[Rule] = []
@@ -250,7 +275,7 @@ class _KbIndex:
 class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
-    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param")
+    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param", "needs_failing")
 
     def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
         self.kb_index = kb_index
@@ -262,6 +287,7 @@ class _FingerprintIndex:
                 self.installed_engines |= bits
         self.by_engine: dict[str, int] = {}
         self.by_engine_param: dict[Any, int] = {}
+        self.needs_failing: dict[tuple[Any, ...], int] = {}  # needs values -> rules whose needs fail here
 
     def candidates(self, engine: str | None, engine_param: Any) -> int:
         """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter."""
