@@ -83,3 +83,22 @@ def test_the_knowledge_base_modules_do_not_import_pytest():
     code = ("import sys, pytest_gpucompat.kb, pytest_gpucompat.kb.check, pytest_gpucompat.kb.lint\n"
             "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules, 'kb imports pytest'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_remembered_needs_verdicts_follow_every_value_that_matters():
+    """The needs verdicts are remembered per fingerprint by the needs parameters a cell has: each order of asking
+    gives the rule-by-rule answer (absent and null alike, 2 and "2" alike, a list never remembered)."""
+    from pytest_gpucompat.kb import clear_match_cache
+    from pytest_gpucompat.kb.match import Facts, rule_matches
+
+    kb = KnowledgeBase(rules=(rule(engine="vllm", when={"needs": {"gpus": ["tensor_parallel_size"]}}),
+                              rule(id="r2", engine="vllm", when={"needs": {"gpu_memory_mib": ["tp_size"]}})))
+    cells = [{}, {"tensor_parallel_size": 2}, {"tensor_parallel_size": None}, {"tensor_parallel_size": "2"},
+             {"tensor_parallel_size": 1}, {"tp_size": 2, "model_weights_mib": 400_000},
+             {"tp_size": 4, "model_weights_mib": 400_000}, {"tensor_parallel_size": [2]}, {"dtype": "bf16"}]
+    expected = [[r.id for r in kb.rules if rule_matches(r, Facts.of(ONE_H200), "vllm", c)] for c in cells]
+    assert expected[1] == ["r1"] and expected[5] == ["r2"] and expected[6] == []
+    for order in (cells, cells[::-1]):
+        clear_match_cache()
+        got = {id(c): [r.id for r in matching_rules(kb, ONE_H200, "vllm", c)] for c in order}
+        assert [got[id(c)] for c in cells] == expected
