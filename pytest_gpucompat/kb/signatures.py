@@ -107,11 +107,11 @@ def explaining_rules(rules: Iterable[Rule], failure: Failure) -> tuple[Rule, ...
     A condition on something the report does not record (a parameter the adapter sets itself, a package the
     fingerprint did not list) does not rule a rule out: the failure's own text is the evidence. One that the cell
     or its runner does record and that does not hold does (another engine, driver, GPU or version)."""
-    signed = [r for r in rules if r.signature]
-    if not signed:
-        return ()
     lines = failure.lines
     if not lines:
+        return ()
+    signed = [r for r in rules if r.signature]
+    if not signed:
         return ()
     facts = Facts.of(failure.fingerprint)
     params = {**failure.fingerprint.params, **failure.params}

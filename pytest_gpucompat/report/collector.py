@@ -118,8 +118,8 @@ class ReportCollector:
     def _explain(self, cell: dict[str, Any]) -> None:
         """A failed or errored cell whose reason or log tail matches a rule's signature says which known issue it
         is (``explained_by``); judged again only when what it says changed."""
-        if cell["outcome"] not in ("failed", "error"):
-            cell.pop("explained_by", None)
+        if cell["outcome"] not in ("failed", "error") or not (cell["reason"] or cell.get("log_tail")):
+            cell.pop("explained_by", None)  # passed, or a cell still in its setup: nothing a signature could match
             return
         said = (cell["reason"], cell.get("log_tail"), cell.get("when"))
         if cell.get("_explained") == said:
