@@ -158,14 +158,13 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
     from .engines.pool import EnginePool
-    from .sharing import share_for
+    from .sharing import attach_pool, share_for
 
     timeout = settings(pytestconfig).timeout
     share = share_for(pytestconfig)  # workers sharing a GPU: each engine reserves its memory first
     pool = EnginePool(settings(pytestconfig).log_dir, start_timeout_s=timeout, call_timeout_s=timeout,
                       progress=announcer(pytestconfig), admission=share)
-    if share is not None:
-        share.attach(pool)
+    attach_pool(pytestconfig, pool)
     try:
         yield pool
     finally:

@@ -169,9 +169,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    share = sharing.share_for(item.config)  # after skip marks, before fixtures: an exclusive test waits here
-    if share is not None:
-        share.begin(item)
+    sharing.begin(item.config, item)  # after skip marks, before fixtures: an exclusive test waits here
 
 
 @pytest.hookimpl(wrapper=True)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .engines.base import EngineSpec
     from .engines.pool import EnginePool
 
-__all__ = ["GpuShare", "GpuWaitTimeout", "configure_node", "share_for", "setup_worker"]
+__all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "share_for", "setup_worker"]
 
 SHARE_DIR = "gpucompat_share_dir"  # workerinput key: the ledger's directory
 RUN_ENV = "GPUCOMPAT_SHARED_RUN"
@@ -51,6 +51,7 @@ BUDGET_TTL_S = 1.0
 
 _share_key = pytest.StashKey["GpuShare"]()
 _dir_key = pytest.StashKey[str]()
+_pools_key = pytest.StashKey[list["EnginePool"]]()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -262,6 +263,26 @@ class GpuShare:
 def _probe(holder: str, gpus: Sequence[str], mib: float | None, ticket: int) -> Request:
     """A request as it would stand if it joined the queue now."""
     return Request(id="probe", holder=holder, gpus=tuple(gpus), mib=mib, what="probe", ticket=ticket)
+
+
+def attach_pool(config: pytest.Config, pool: EnginePool) -> None:
+    """The session's engine pool: a shared GPU's admission watches it, an exclusive test empties it."""
+    config.stash.setdefault(_pools_key, []).append(pool)
+    share = share_for(config)
+    if share is not None:
+        share.attach(pool)
+
+
+def begin(config: pytest.Config, item: pytest.Item) -> None:
+    """At a test's setup, before its fixtures: with workers sharing the GPU, ``GpuShare.begin``; alone, an
+    exclusive test still gets the GPU to itself: this run's idle engines are stopped first, as they would be
+    when sharing (they hold memory the test's engines need, and move the device-wide figures it reads)."""
+    share = share_for(config)
+    if share is not None:
+        share.begin(item)
+    elif exclusive(config, item):
+        for pool in config.stash.get(_pools_key, []):
+            pool.idle_out()
 
 
 def exclusive(config: pytest.Config, item: pytest.Item) -> bool:

@@ -227,3 +227,28 @@ def test_memory_of_processes_outside_the_run(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delitem(sys.modules, "pynvml")
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML at all
     assert foreign_mib("GPU-a", [os.getpid()], reserved_mib=0.0) is None
+
+
+def test_alone_an_exclusive_test_still_gets_the_gpu_to_itself(pytester: pytest.Pytester) -> None:
+    """Without workers sharing the GPU, the run's idle engines (kept for the next test of their configuration)
+    are stopped before an exclusive test, as they are when sharing: the memory suite's engines need their room."""
+    pytester.makepyfile(test_alone='''
+import pytest
+
+
+@pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+def test_a_first(gpucompat_engine, gpucompat_pool):
+    assert gpucompat_pool.live == 1
+
+
+@pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+def test_b_shared(gpucompat_cell, gpucompat_pool):
+    assert gpucompat_pool.live == 1  # kept: the next test of this configuration does not start it again
+
+
+@pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]}, exclusive=True)
+def test_c_exclusive(gpucompat_cell, gpucompat_pool):
+    assert gpucompat_pool.live == 0
+''')
+    result = pytester.runpytest("--gpucompat", "-p", "no:randomly", "-p", "no:xdist")
+    result.assert_outcomes(passed=3)

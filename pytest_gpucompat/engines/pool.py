@@ -198,6 +198,20 @@ class EnginePool:
         self._shutdown_key(idle)
         return True
 
+    def idle_out(self) -> int:
+        """A new cell begins that needs the GPU to itself: shut every live engine down (none is in use yet);
+        returns how many were stopped."""
+        self.begin_cell()
+        stopped = 0
+        while self.make_room():
+            stopped += 1
+        return stopped
+
+    @property
+    def live(self) -> int:
+        """Engines started and not stopped."""
+        return len(self._live)
+
     def failure(self, spec: EngineSpec) -> str | None:
         """The remembered start failure of `spec`, if any."""
         entry = self._failures.get(spec.key())
