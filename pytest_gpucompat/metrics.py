@@ -71,7 +71,7 @@ METRICS: dict[str, Metric] = {
         *_golden("outputs_", "the same cell's outputs on the other runner or in the baseline (report/cross.py)"),
         Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference"),
         Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
-               "memory growth per engine create/destroy, of the signal nearest its limit"),
+               "steady memory growth per engine create/destroy, of the signal nearest its limit"),
         Metric("leak_limit_mib_per_cycle", None, "MiB/cycle", "memory", "the limit of that signal"),
         Metric("leaked_processes_per_cycle", "lower", "processes/cycle", "memory",
                "processes the engine started and left running, per cycle"),

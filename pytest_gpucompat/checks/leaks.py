@@ -48,7 +48,9 @@ DEFAULT_THRESHOLD_MIB_PER_CYCLE: dict[str, float] = {
 class LeakVerdict:
     metric: str
     slope_mib_per_cycle: float | None
-    """Least-squares slope of the metric over the cycles after warm-up; None when it cannot be computed."""
+    """Least-squares slope of the metric over the cycles after warm-up (for a signal that did not leak, the smaller
+    of that and the latest cycles' slope: a one-time jump is not growth per cycle); None when it cannot be
+    computed."""
     leaked: bool
     message: str
     total_growth_mib: float | None = None
@@ -138,7 +140,10 @@ def leak_verdict(
         message = "no steady growth (jumps, not a trend): " + detail
     else:
         message = "no leak: " + detail
-    return LeakVerdict(metric, shown.slope, leaked, message, total_growth_mib=shown.growth, cycles=len(ys),
+    # the headline figure agrees with the verdict: a leak's slope, else the smaller of the two windows' (a jump
+    # that stopped is not growth per cycle; the message keeps the whole window's detail)
+    headline = shown.slope if leaked else min(whole.slope, recent.slope)
+    return LeakVerdict(metric, headline, leaked, message, total_growth_mib=shown.growth, cycles=len(ys),
                        recent_slope=recent.slope)
 
 
