@@ -226,8 +226,8 @@ class GpuShare:
         if not exclusive(self.config, item):
             self.yield_to_waiters()
             return
-        while self.make_room():
-            pass
+        for pool in self._pools:
+            pool.idle_out()
         what = f"exclusive test {item.nodeid}"
         self._wait_note(what, Need(None, "exclusive"))
         self._exclusive = self.ledger.reserve(self.gpus, None, what, self.budgets, self.wait_s, self.make_room)
