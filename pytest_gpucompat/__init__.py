@@ -33,6 +33,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "compare_generations": ("checks.compare", "compare_generations"),
     "cosine_similarity": ("checks.compare", "cosine_similarity"),
     "thresholds_for": ("checks.compare", "thresholds_for"),
+    "threshold_class": ("checks.golden", "threshold_class"),
     "verdict_drift": ("checks.compare", "verdict_drift"),
     "verdict_embeddings": ("checks.compare", "verdict_embeddings"),
     "MemorySample": ("checks.memory", "MemorySample"),

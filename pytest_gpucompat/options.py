@@ -128,7 +128,7 @@ PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir"
 """The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
 
 CLI = {"env": ("runner", "topology"), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
-       "diff": ("compare-fail",), "explain": ("kb", "no-builtin-rules")}
+       "diff": ("compare-fail",), "explain": ("kb", "no-builtin-rules"), "golden": ("golden",)}
 """The options of each ``gpucompat`` command, as ``--NAME``."""
 
 

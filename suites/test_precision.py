@@ -20,6 +20,7 @@ from pytest_gpucompat import (
     fixed_prompts,
     model_vocab_size,
     reference_engine,
+    threshold_class,
     thresholds_for,
     verdict_drift,
     verdict_embeddings,
@@ -52,12 +53,10 @@ def _check_what_ran(cell, info, flag, record) -> None:
 def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference_choice,
                                           gpucompat_prompts, gpucompat_golden, gpucompat_pool, gpucompat_model,
                                           gpucompat_record, gpucompat_flag, request):
-    dtype = str(gpucompat_cell.params.get("dtype", "auto"))
-    kv = gpucompat_cell.params.get("kv_cache_dtype")
-    key = "fp8" if (kv not in (None, "auto")) else dtype
     prompts = gpucompat_prompts.ids  # fixed ids for tiny models, the model's own tokens of real text otherwise
 
     candidate = gpucompat_engine.engine.generate(prompts, MAX_TOKENS, TOP_N)
+    key = threshold_class(gpucompat_cell.params, gpucompat_engine.info.dtype)  # the report's golden check uses it too
     _check_what_ran(gpucompat_cell, gpucompat_engine.info, gpucompat_flag, gpucompat_record)
     gpucompat_golden.keep(candidate, MAX_TOKENS, TOP_N)  # what the model said, for runner-to-runner comparisons
     problems = []

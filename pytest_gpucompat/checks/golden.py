@@ -36,6 +36,16 @@ class GoldenVerdict:
     metrics: Mapping[str, float] = field(default_factory=dict)
 
 
+def threshold_class(params: Mapping[str, Any], ran_dtype: str | None = None) -> str:
+    """The thresholds a precision cell is judged by (matrices/thresholds.yaml): `fp8` for a quantized KV cache,
+    else the asked dtype, or the one the engine ran when it was asked `auto`."""
+    kv = params.get("kv_cache_dtype")
+    if kv not in (None, "auto"):
+        return "fp8"
+    dtype = str(params.get("dtype", "auto"))
+    return str(ran_dtype) if dtype == "auto" and ran_dtype else dtype
+
+
 def drift_figures(metrics: DriftMetrics, prefix: str) -> dict[str, float]:
     """The figures a report keeps of one comparison; `first_divergence` is the earliest position where any prompt
     diverged (the generation length when none did)."""

@@ -1,7 +1,8 @@
-"""`gpucompat report | merge | diff | explain`: thin commands over the report modules.
+"""`gpucompat report | merge | diff | explain | golden`: thin commands over the report modules.
 
-Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression (diff)
-or a failure no rule explains (explain), 2 bad input or an output that cannot be written.
+Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression (diff),
+a failure no rule explains (explain) or a cell the golden outputs fail (golden), 2 bad input or an output that
+cannot be written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..options import CLI, add_options
 EXIT_OK = 0
 EXIT_REGRESSED = 1
 EXIT_UNEXPLAINED = 1
+EXIT_GOLDEN_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 #: The output formats of `gpucompat report`, in the order they are written: `--NAME FILE` -> (module of this
@@ -159,6 +161,48 @@ def cmd_explain(
     return EXIT_UNEXPLAINED if result.unexplained else EXIT_OK
 
 
+def cmd_golden(
+    path: str | os.PathLike[str],
+    golden: str | os.PathLike[str] | None,
+    output: str | os.PathLike[str] | None = None,
+    html: str | os.PathLike[str] | None = None,
+    as_json: bool = False,
+) -> int:
+    """Judge each precision cell's kept outputs against the golden files in ``golden``; with ``output``, write the
+    report with those verdicts in place of the run's. Exit 0 when no checked cell failed, 1 when one failed or its
+    golden file was refused, 2 on bad input."""
+    import json
+
+    from ..errors import InputError
+    from ..golden import load_golden_source
+    from .golden import check_report, checks_json, format_checks, with_checks
+    from .html import render_html
+    from .io import load_report, write_report_atomic, write_text_atomic
+    from .model import ReportError
+
+    if not golden:
+        return _error("golden", "--golden PATH is required: a directory of golden files, or one file")
+    source, where = os.fspath(path), os.fspath(golden)
+    try:
+        report = load_report(source)
+        files = load_golden_source(where)
+        checks = check_report(report, files, where, source)
+    except (ReportError, InputError) as exc:
+        return _error("golden", str(exc))
+    try:
+        if output or html:
+            updated = with_checks(report, checks, where)
+            if output:
+                write_report_atomic(updated, output)
+            if html:
+                write_text_atomic(html, render_html(updated))
+    except OSError as exc:
+        return _error("golden", f"cannot write {_os_message(exc)}")
+    text = json.dumps(checks_json(checks), indent=2) + "\n" if as_json else format_checks(checks, source, where)
+    sys.stdout.write(text)
+    return EXIT_GOLDEN_FAILED if any(check.bad for check in checks) else EXIT_OK
+
+
 def _run_report(args: argparse.Namespace) -> int:
     return cmd_report(args.report, **{name: getattr(args, name) for name in FORMATS})
 
@@ -175,8 +219,12 @@ def _run_explain(args: argparse.Namespace) -> int:
     return cmd_explain(args.report, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json)
 
 
+def _run_golden(args: argparse.Namespace) -> int:
+    return cmd_golden(args.report, args.golden, args.output, html=args.html, as_json=args.json)
+
+
 def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register `report`, `merge`, `diff` and `explain`; each sets `func(args) -> int` as its default."""
+    """Register `report`, `merge`, `diff`, `explain` and `golden`; each sets `func(args) -> int` as its default."""
     p = subparsers.add_parser(
         "report",
         help="render a report as HTML, Markdown or JUnit XML",
@@ -222,3 +270,19 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
     add_options(p.add_argument, "", CLI["explain"], cli=True)
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.set_defaults(func=_run_explain)
+
+    p = subparsers.add_parser(
+        "golden",
+        help="judge a report's precision cells against golden outputs, after the run (no GPU needed)",
+        description="Check each precision cell of REPORT against the golden files in --golden PATH, from the outputs "
+        "the cell kept: the same matching (model content and prompt ids), verdict and thresholds as a run with "
+        "--gpucompat-golden. Exit 0 when no checked cell failed, 1 when one failed or its golden file was refused, "
+        "2 on bad input.",
+    )
+    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    add_options(p.add_argument, "", CLI["golden"], cli=True)
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report with these verdicts in the cells' golden "
+                   "entries and golden_* figures")
+    p.add_argument("--html", metavar="FILE", help="also write that report's HTML matrix")
+    p.add_argument("--json", action="store_true", help="print JSON only")
+    p.set_defaults(func=_run_golden)

@@ -1,0 +1,124 @@
+"""`gpucompat golden REPORT --golden PATH`: a report's precision cells judged against golden files after the run.
+
+Golden outputs are often recorded after the runs a team wants to judge (a new reference runner, a second recording
+on other hardware), and a runner can check against only one recording per run. Each precision cell keeps what the
+model said (outputs.py), so judging it again needs no GPU: the same golden matching (by model content digest and
+prompt ids; another model or prompt set is refused with the reason), the same verdict (checks.golden.judge) and
+the same thresholds as a run with ``--gpucompat-golden``. Pure but for reading the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import outputs
+from ..checkpoint import short
+from ..checks.golden import CELL_PREFIX, PREFIX, judge, threshold_class
+from ..golden import GoldenFile
+from ..matrix import Cell
+from .model import CellRecord, Report
+
+STATUSES = ("passed", "failed", "refused", "missing", "not compared")
+
+
+@dataclass(frozen=True)
+class GoldenCheck:
+    """One cell's kept outputs against the golden files: the status, one line, the figures (``golden_*``)."""
+
+    cell: CellRecord
+    status: str
+    message: str
+    file: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def bad(self) -> bool:
+        """A verdict that did not pass, or a file refused for this cell (the run would have failed it too)."""
+        return self.status in ("failed", "refused")
+
+
+def _find(files: Sequence[GoldenFile], kept: outputs.CellOutputs, where: str) -> tuple[str, str, GoldenFile | None]:
+    """The golden file for the cell's model and prompts: (status, reason, file). A file of the same model with
+    other prompts or another generation length is refused; nothing of this model is missing."""
+    same_model = [g for g in files if g.model.digest == kept.model]
+    for golden in same_model:
+        if golden.prompts_digest != kept.prompts:
+            continue
+        name = Path(golden.source).name or "golden file"
+        if (golden.max_tokens, golden.top_n) != (kept.max_tokens, kept.top_n):
+            return ("refused", f"{name} was recorded with {golden.max_tokens} tokens and top-{golden.top_n}; the "
+                               f"cell kept {kept.max_tokens} tokens and top-{kept.top_n}", None)
+        return "found", name, golden
+    if same_model:
+        golden = same_model[0]
+        return ("refused", f"{Path(golden.source).name} was recorded for another prompt set ('{golden.prompts_name}' "
+                           f"{short(golden.prompts_digest)}; the cell asked {short(kept.prompts)})", None)
+    return "missing", f"no golden output for model {short(kept.model)} in {where}", None
+
+
+def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source: str = "report",
+               table: Mapping[str, Mapping[str, Any]] | None = None) -> GoldenCheck | None:
+    """The cell judged against ``files``; None for a cell that kept no outputs. A malformed ``outputs`` entry
+    raises errors.InputError naming the field."""
+    kept = outputs.from_cell(cell.extra, f"{source}: cell {cell.nodeid}")
+    if kept is None:
+        return None
+    status, reason, golden = _find(files, kept, where)
+    if golden is None:
+        return GoldenCheck(cell, status, reason)
+    ran = cell.extra.get("engine_info")
+    ran_dtype = ran.get("dtype") if isinstance(ran, Mapping) else None
+    verdict = judge(golden, Cell(cell.engine, cell.params, cell.axes).id, kept.generations,
+                    threshold_class(cell.params, ran_dtype), table)
+    if not verdict.compared:
+        return GoldenCheck(cell, "not compared", verdict.message, reason, verdict.metrics)
+    return GoldenCheck(cell, "passed" if verdict.passed else "failed", verdict.message, reason, verdict.metrics)
+
+
+def check_report(report: Report, files: Sequence[GoldenFile], where: str, source: str = "report",
+                 table: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[GoldenCheck, ...]:
+    """Every cell of the report that kept its outputs, in report order."""
+    found = (check_cell(cell, files, where, source, table) for cell in report.cells)
+    return tuple(check for check in found if check is not None)
+
+
+def with_checks(report: Report, checks: Sequence[GoldenCheck], where: str) -> Report:
+    """The report with each checked cell's ``golden`` entry and ``golden_*`` figures replaced by this check's (the
+    entry says it was judged after the run, against what)."""
+    by_cell = {id(check.cell): check for check in checks}
+    cells = []
+    for cell in report.cells:
+        check = by_cell.get(id(cell))
+        if check is None:
+            cells.append(cell)
+            continue
+        metrics = {k: v for k, v in cell.metrics.items() if not k.startswith((PREFIX, CELL_PREFIX))}
+        metrics.update(check.metrics)
+        entry = {"status": check.status, "file": check.file, "message": check.message, "checked": "after the run",
+                 "golden": where}
+        cells.append(replace(cell, metrics=metrics, extra={**cell.extra, "golden": entry}))
+    return replace(report, cells=tuple(cells))
+
+
+def format_checks(checks: Sequence[GoldenCheck], source: str, where: str) -> str:
+    """One line per cell, then the counts."""
+    lines = [f"{source} against {where}:"]
+    for check in checks:
+        runner = f" [{check.cell.runner}]" if check.cell.runner else ""
+        lines.append(f"  {check.status:<12} {check.cell.nodeid}{runner}")
+        lines.append(f"               {check.message}")
+    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cell kept its outputs"
+    lines.append(f"{len(checks)} cells: {summary}")
+    return "\n".join(lines) + "\n"
+
+
+def checks_json(checks: Sequence[GoldenCheck]) -> list[dict[str, Any]]:
+    return [{"nodeid": c.cell.nodeid, "runner": c.cell.runner, "status": c.status, "file": c.file,
+             "message": c.message, "metrics": dict(c.metrics)} for c in checks]
+
+
+__all__ = ["GoldenCheck", "check_cell", "check_report", "checks_json", "format_checks", "with_checks"]
