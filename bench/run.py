@@ -549,6 +549,24 @@ def suite_engine_ratios(report: dict[str, Any]) -> dict[str, Any]:
     return per_engine
 
 
+def _run_bounded(argv: Sequence[str], timeout: int, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str],
+                                                                                   bool]:
+    """Run a pytest process for at most ``timeout`` seconds; past it, SIGTERM (the plugin then writes its report,
+    marked interrupted) and, 60 s later, SIGKILL. Returns the finished process and whether it ran past."""
+    proc = subprocess.Popen(list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), False
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), True
+
+
 def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool = False,
                  keep_report: str | None = None) -> dict[str, Any]:
     ok, what = _gpu_present()
@@ -560,9 +578,8 @@ def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool
                 "--gpucompat-report", str(report_path), *extra_args]
         _log(f"suites: {' '.join(argv[1:])} (on {what})")
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(argv, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        proc, late = _run_bounded(argv, timeout, _child_env())
+        if late:
             return {"suite_vs_engine_ratio": None, "suite_vs_engine_ratio_reason": f"suites ran past {timeout} s"}
         wall = time.perf_counter() - t0
         if not report_path.exists():
@@ -602,12 +619,11 @@ def _run_suites(argv: Sequence[str], report_path: Path, timeout: int,
     """One whole pytest process: its wall time and its report (None with the reason when it wrote none)."""
     _log(f"packing: {' '.join(argv[1:])}")
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(list(argv), cwd=ROOT, env=env or _child_env(), capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"wall_s": None, "report": None, "reason": f"ran past {timeout} s"}
+    proc, late = _run_bounded(argv, timeout, env or _child_env())
     wall = time.perf_counter() - t0
+    if late:  # no wall time to compare; the report the run wrote when stopped is kept (--packing-reports)
+        report = json.loads(report_path.read_text()) if report_path.exists() else None
+        return {"wall_s": None, "report": report, "reason": f"ran past {timeout} s", "stopped_after_s": wall}
     if not report_path.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
         return {"wall_s": wall, "report": None, "reason": f"no report written (exit {proc.returncode}): {tail}"}
@@ -681,7 +697,7 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
     out: dict[str, Any] = {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None,
                            "packing": {"gpus": what, "select": select, **runs}}
     serial = runs["serial"]
-    if reports["serial"] is None or reports["packed"] is None:
+    if any(runs[k]["wall_s"] is None or reports[k] is None for k in ("serial", "packed")):
         out["gpu_packing_speedup_reason"] = serial.get("reason") or runs["packed"].get("reason")
         return out
     out["packing"].update(packing_summary(reports["serial"], reports["packed"]))
