@@ -280,8 +280,10 @@ def begin(config: pytest.Config, item: pytest.Item) -> None:
     share = share_for(config)
     if share is not None:
         share.begin(item)
-    elif exclusive(config, item):
-        for pool in config.stash.get(_pools_key, []):
+        return
+    pools = config.stash.get(_pools_key, None)
+    if pools and exclusive(config, item):  # no engine pool yet: nothing to stop, no hook call per test
+        for pool in pools:
             pool.idle_out()
 
 

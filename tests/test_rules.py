@@ -337,3 +337,88 @@ def test_index_and_reference_agree_on_each_condition_kind(when):
                 assert (ids(kb, fp, engine, params) == ["r1"]) is want, (fp, engine, params)
                 outcomes.add(want)
     assert outcomes == {True, False}, "the condition both held and failed"
+
+
+def _reference_ids(kb, fp, engine, params):
+    from pytest_gpucompat.kb import Facts, rule_matches
+
+    return [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, {**fp.params, **params})]
+
+
+class _Shouty(str):
+    """A str whose ``str()`` differs from its value: equal to "fp8" but judged as "FP8-SHOUTY"."""
+
+    def __str__(self) -> str:
+        return "FP8-SHOUTY"
+
+
+def test_the_index_remembers_values_only_where_equal_values_are_alike():
+    """The index remembers a cell's parameter verdict by the values' types and values: values that are equal in
+    Python but not to the conditions (True, 1, 1.0, "1"; 0.0 and -0.0; a str subclass), unhashable values (lists,
+    dicts) and None must each give the reference's answer, also when asked again and in either order."""
+    kb = kb_of(
+        rule(id="tp-ge-2", when={"params": {"tensor_parallel_size": ">=1"}}),
+        rule(id="tp-one", when={"params": {"tensor_parallel_size": ["1"]}}),
+        rule(id="tp-true", when={"params": {"tensor_parallel_size": [True]}}),
+        rule(id="kv-fp8", when={"params": {"kv_cache_dtype": ["fp8"]}}),
+        rule(id="kv-unset", when={"params": {"kv_cache_dtype": [None]}}),
+        rule(id="zero", when={"params": {"swap_space": ">=0"}}),
+        rule(id="needs-2", when={"needs": {"gpus": ["tensor_parallel_size"]}}),
+        rule(id="needs-mem", when={"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}),
+    )
+    fps = [Fingerprint(), Fingerprint(gpus=(A100,)), Fingerprint(gpus=(A100, H200))]
+    values = [1, True, 1.0, "1", 2, 2.0, "2", [2], {"n": 2}, None, False, 0, "fp8", _Shouty("fp8"), ["fp8"], 0.0,
+              -0.0, float("nan"), "auto"]
+    cells = [{}]
+    for v in values:
+        cells += [{"tensor_parallel_size": v}, {"kv_cache_dtype": v}, {"swap_space": v},
+                  {"kv_cache_dtype": "fp8", "tensor_parallel_size": v, "model_weights_mib": 60_000},
+                  {"tensor_parallel_size": v, "kv_cache_dtype": v}]
+    for _ in range(2):  # the second round is answered from what the first remembered
+        for fp in fps:
+            for params in cells + cells[::-1]:
+                assert ids(kb, fp, "vllm", params) == _reference_ids(kb, fp, "vllm", params), (fp, params)
+
+
+def test_fingerprints_that_share_remembered_verdicts_still_get_their_own_answers():
+    """Verdicts are shared between fingerprints: needs verdicts by GPU count and smallest GPU, GPU conditions by
+    the distinct GPUs. Fingerprints that agree on those but not on the rest, and one GPU against eight alike, must
+    each get the reference's answer; so must a fingerprint equal to another but for its packages (same hash)."""
+    kb = kb_of(
+        rule(id="h200", when={"gpu": ["*h200*"]}),
+        rule(id="two-plus", when={"gpu_count": ">=2"}),
+        rule(id="old-vllm", when={"packages": {"vllm": "<0.6"}}),
+        rule(id="needs-4", when={"needs": {"gpus": ["tensor_parallel_size"]}}),
+        rule(id="needs-mem", when={"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}),
+    )
+    one = Fingerprint(gpus=(H200,), packages={"vllm": "0.5.0"})
+    same_but_packages = Fingerprint(gpus=(H200,), packages={"vllm": "0.26.0"})
+    eight = Fingerprint(gpus=tuple(GPU(index=i, name=H200.name, architecture=H200.architecture,
+                                       compute_capability=H200.compute_capability, memory_mib=H200.memory_mib)
+                                   for i in range(8)))
+    smaller = Fingerprint(gpus=(A100,), packages={"vllm": "0.5.0"})
+    cells = [{}, {"tensor_parallel_size": 2}, {"tensor_parallel_size": 8, "model_weights_mib": 500_000},
+             {"tensor_parallel_size": 1, "model_weights_mib": 100_000}]
+    assert hash(one) == hash(same_but_packages) and one != same_but_packages
+    for fp in (one, same_but_packages, eight, smaller, one, eight):
+        for params in cells:
+            assert ids(kb, fp, "vllm", params) == _reference_ids(kb, fp, "vllm", params), (fp, params)
+
+
+def test_the_rules_returned_are_the_callers_to_change():
+    """Each call returns a new list: changing one must not change what a later call returns."""
+    kb = kb_of(rule(id="a"), rule(id="b"))
+    first = matching_rules(kb, Fingerprint())
+    first.clear()
+    assert ids(kb, Fingerprint()) == ["a", "b"]
+
+
+def test_clearing_the_match_cache_gives_the_same_answers():
+    from pytest_gpucompat.kb import clear_match_cache
+
+    kb = load_kb()
+    fp = Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"})
+    params = {"kv_cache_dtype": "fp8", "tensor_parallel_size": 2}
+    before = ids(kb, fp, "vllm", params)
+    clear_match_cache()
+    assert ids(kb, fp, "vllm", params) == before == _reference_ids(kb, fp, "vllm", params)

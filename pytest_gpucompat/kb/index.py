@@ -9,8 +9,9 @@ files); ``clear_match_cache`` forgets them.
 
 from __future__ import annotations
 
+import operator
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..fingerprint import Fingerprint
@@ -21,10 +22,12 @@ from .match import (
     clear_facts_cache,
     engine_holds,
     has_needs,
-    needs_hold,
+    needs_hold_on,
+    needs_machine,
     package_holds,
     param_holds,
     param_names,
+    vkey,
 )
 from .schema import Conditions, KnowledgeBase, Rule, norm_value
 
@@ -32,6 +35,10 @@ _MAX_CACHED = 16384  # values per parameter name, and distinct result sets, reme
 _MAX_FINGERPRINTS = 256  # fingerprints remembered per knowledge base
 _MAX_KBS = 32
 _UNCACHEABLE = object()
+_MAX_RESULTS = 65536  # distinct result masks remembered per knowledge base (~25 MB at 30 rules each)
+_SEGMENT_BITS = 64  # a result mask becomes its rules 64 rules at a time
+_SEGMENT_MASK = (1 << _SEGMENT_BITS) - 1
+_EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
 
 
@@ -42,15 +49,20 @@ def matching_rules(
 
     The same answer as ``[r for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged_params)]``, from
     an index (see ``_KbIndex``): machine conditions are decided once per fingerprint, each parameter value once
-    per knowledge base.
+    per knowledge base, and the verdict of a cell's parameters is remembered by their values (``_KbIndex.remember``)
+    so a cell of a known parameter set costs a few dict lookups.
     """
     last = _LAST
-    fpi = last[2] if last is not None and last[0] is kb and last[1] is fp else _fingerprint_index(kb, fp)
+    fpi = last[2] if last[1] is fp and last[0] is kb else None
+    if fpi is None:
+        fpi = _fingerprint_index(kb, fp)
     fp_params = fp.params
     if fp_params:
         merged: Mapping[str, Any] = {**fp_params, **(params or {})}
+    elif type(params) is dict:
+        merged = params
     else:
-        merged = params if params is not None and type(params) is dict else dict(params or {})
+        merged = dict(params or {})
     if engine is not None:
         candidates = fpi.by_engine.get(engine)
         if candidates is None:
@@ -60,7 +72,33 @@ def matching_rules(
         candidates = fpi.by_engine_param.get(key)
         if candidates is None:
             candidates = fpi.candidates(None, key)
-    return fpi.kb_index.match(candidates, merged, fpi)
+    # the rest is _KbIndex's work, inlined (a call costs as much as a dict lookup, and this runs per cell)
+    kbi = fpi.kb_index
+    mask = candidates
+    if mask & kbi.param_mask:
+        keys = tuple(merged)
+        plan = kbi.plans.get(keys)
+        if plan is None:
+            plan = kbi.plan(keys)
+        getter = plan.getter
+        if getter is None:
+            verdict = plan.fixed
+        else:
+            values = getter(merged)
+            cache = plan.by_types.get(tuple(map(type, values)))
+            verdict = cache.get(values) if cache is not None else None
+            if verdict is None:
+                verdict = kbi.remember(plan, merged, values)
+        mask &= verdict[0]
+        if mask & kbi.needs_mask:
+            failing = fpi.needs_failing.get(verdict[1])
+            if failing is None:
+                failing = kbi.needs_failing(fpi, verdict[1], merged)
+            mask &= ~failing
+    found = kbi.results.get(mask)
+    if found is not None:
+        return list(found)
+    return kbi.rules_of(mask)
 
 
 def _value_key(value: Any) -> Any:
@@ -101,13 +139,15 @@ class _KbIndex:
     fingerprint's value; the rules whose engine condition holds; for each parameter name some rule tests, the rules
     whose conditions on it hold for the cell's value (or its absence). Each mask is computed with the per-condition
     functions of ``kb.match`` the first time a value is seen and then remembered, so a value is checked against the
-    rules once per knowledge base, not once per cell; each distinct result becomes its list of rules once.
-    ``needs`` compare the cell with the machine: judged per cell, only for the rules with needs that the masks leave.
+    rules once per knowledge base, not once per cell. ``needs`` compare the cell with the machine: judged for the
+    rules with needs that the masks leave, once per (machine's GPU count and smallest GPU, values of the needs'
+    parameters). A result mask becomes its list of rules from lists remembered per 64-bit segment of the mask.
     """
 
     __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "engine_free",
-                 "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results",
-                 "chunks", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_plans", "verdicts")
+                 "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results", "segments",
+                 "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids", "needs_by_machine",
+                 "verdicts")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
@@ -115,7 +155,7 @@ class _KbIndex:
         self.all_mask = (1 << len(self.rules)) - 1
         self.engine_free = 0  # rules without an engine condition
         self.engine_masks: dict[str, int] = {}
-        self.param_mask = 0  # rules with parameter or model conditions
+        self.param_mask = 0  # rules with parameter or model conditions, or needs: a cell's parameters matter
         # needs compare the cell with the machine: judged per cell, only for the rules that have them
         self.needs_rules = tuple((1 << i, r.when) for i, r in enumerate(self.rules) if has_needs(r.when))
         self.needs_mask = 0
@@ -125,7 +165,11 @@ class _KbIndex:
             needs_names.update(dict.fromkeys((*w.needs_gpus, *w.needs_memory, *((WEIGHTS_PARAM,) if w.needs_memory
                                                                                   else ()))))
         self.needs_names = tuple(needs_names)  # the parameters every needs verdict depends on
-        self.needs_plans: dict[tuple[Any, ...], tuple[str, ...]] = {}  # a cell's parameter names -> needs names
+        # (the needs parameters a cell has, their values' keys) -> a small id; needs_machine(facts) -> needs id ->
+        # the rules whose needs fail
+        self.needs_ids: dict[tuple[Any, ...], int] = {}
+        self.needs_by_machine: dict[tuple[int, float | None], dict[int | None, int]] = {}
+        self.param_mask |= self.needs_mask
         by_field: dict[Any, list[tuple[int, Conditions]]] = {}
         by_name: dict[str, list[tuple[int, Conditions]]] = {}
         for i, rule in enumerate(self.rules):
@@ -147,10 +191,10 @@ class _KbIndex:
         self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
         self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
         self.absent = {name: self._mask(name, False, None) for name in self.conditions}
-        self.plans: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, dict[Any, int]], ...]]] = {}
-        self.results: dict[int, tuple[Rule, ...]] = {}
-        # rules by byte of a mask: chunks[i][b] lists the rules of the set bits of byte value b at byte i
-        self.chunks: list[list[tuple[Rule, ...] | None]] = [[None] * 256 for _ in range((len(self.rules) + 7) // 8)]
+        self.plans: dict[tuple[Any, ...], _Plan] = {}
+        self.results: dict[int, tuple[Rule, ...]] = {}  # result mask -> its rules
+        # per 64-bit segment of a mask: (shift, segment value -> the rules of its set bits)
+        self.segments = tuple((shift, {0: ()}) for shift in range(0, len(self.rules), _SEGMENT_BITS))
         self.fingerprints: dict[Fingerprint, _FingerprintIndex] = {}
         # kb.evaluate's per-rule-set verdicts: (run_known_bad, rule ids) -> (findings, decision)
         self.verdicts: dict[tuple[Any, ...], Any] = {}
@@ -162,14 +206,14 @@ class _KbIndex:
         mask = self.all_mask
         fields: list[tuple[Any, Any, Any]] = []
         for cond in MACHINE_CONDITIONS:
-            value = cond.fact(facts)
-            fields.append((cond.name, cond.key(value), value))
-        fields.extend((("package", name), str(version), version) for name, version in facts.packages.items())
+            if cond.name in self.machine_tables:
+                value = cond.fact(facts)
+                fields.append((cond.name, cond.key(value), value))
+        fields.extend((("package", name), vkey(version), version) for name, version in facts.packages.items()
+                      if ("package", name) in self.machine_tables)
         seen_packages = set()
         for field_name, key, value in fields:
-            table = self.machine_tables.get(field_name)
-            if table is None:
-                continue
+            table = self.machine_tables[field_name]
             if isinstance(field_name, tuple):
                 seen_packages.add(field_name)
             mask &= self._machine_bits(table, field_name, key, value)
@@ -200,82 +244,126 @@ class _KbIndex:
                 mask &= ~bit
         return mask
 
-    def _plan(self, keys: tuple[Any, ...]) -> tuple[int, tuple[tuple[str, dict[Any, int]], ...]]:
-        """For cells whose parameters have these names: the mask of the tested names they lack, and the tables of
-        those they have."""
+    def plan(self, keys: tuple[Any, ...]) -> _Plan:
+        """For cells whose parameters have these names (in this order): see ``_Plan``."""
         present = [name for name in keys if name in self.tables]
         absent = self.all_mask
         for name, bits in self.absent.items():
             if name not in present:
                 absent &= bits
-        plan = (absent, tuple((name, self.tables[name]) for name in present))
+        plan = _Plan(absent, tuple((name, self.tables[name]) for name in present),
+                     tuple(name for name in self.needs_names if name in keys))
+        if plan.getter is None:  # no parameter of these cells matters: one verdict for them all
+            plan.fixed = self._verdict(plan, {})
         if len(self.plans) < _MAX_CACHED:
             self.plans[keys] = plan
         return plan
 
-    def match(self, candidates: int, params: Mapping[str, Any], fpi: _FingerprintIndex) -> list[Rule]:
-        mask = candidates
-        if mask & self.param_mask:
-            keys = tuple(params)
-            plan = self.plans.get(keys)
-            if plan is None:
-                plan = self._plan(keys)
-            mask &= plan[0]
-            for name, table in plan[1]:
-                value = params[name]
-                key = value if value.__class__ is str else _value_key(value)
-                bits = None if key is _UNCACHEABLE else table.get(key)
-                if bits is None:
-                    bits = self._mask(name, True, value)
-                    if key is not _UNCACHEABLE and len(table) < _MAX_CACHED:
-                        table[key] = bits
-                mask &= bits
-        if mask & self.needs_mask:
-            mask &= ~self._needs_failing(params, fpi)
-        found = self.results.get(mask)
-        if found is None:
-            found = self._rules_of(mask)
-            if len(self.results) < _MAX_CACHED:
-                self.results[mask] = found
-        return list(found)
+    def _verdict(self, plan: _Plan, params: Mapping[str, Any]) -> tuple[int, int | None]:
+        """What a cell's parameters decide: the rules whose parameter conditions hold for them (an AND of one
+        remembered mask per parameter value), and the id of its needs key (None: a value that cannot be a key)."""
+        mask = plan.absent
+        for name, table in plan.tables:
+            value = params[name]
+            key = _value_key(value)
+            bits = table.get(key)
+            if bits is None:
+                bits = self._mask(name, True, value)
+                if key is not _UNCACHEABLE and len(table) < _MAX_CACHED:
+                    table[key] = bits
+            mask &= bits
+        needs_key = (plan.needs_present, *(_value_key(params[name]) for name in plan.needs_present))
+        needs_id = None
+        if _UNCACHEABLE not in needs_key:
+            needs_id = self.needs_ids.get(needs_key)
+            if needs_id is None and len(self.needs_ids) < _MAX_CACHED:
+                needs_id = self.needs_ids[needs_key] = len(self.needs_ids)
+        return mask, needs_id
 
-    def _needs_failing(self, params: Mapping[str, Any], fpi: _FingerprintIndex) -> int:
-        """The rules whose ``needs`` do not hold for this cell on this machine; remembered per fingerprint by the
-        values of the few parameters needs look at that the cell has (a cell without them all is one key)."""
-        keys = tuple(params)
-        present = self.needs_plans.get(keys)
-        if present is None:
-            present = tuple(name for name in self.needs_names if name in params)
-            if len(self.needs_plans) < _MAX_CACHED:
-                self.needs_plans[keys] = present
-        key = (present, *(_value_key(params[name]) for name in present)) if present else ()
-        cacheable = _UNCACHEABLE not in key
-        failing = fpi.needs_failing.get(key) if cacheable else None
-        if failing is None:
-            failing = 0
-            for bit, w in self.needs_rules:
-                if not needs_hold(w, fpi.facts, params):
-                    failing |= bit
-            if cacheable and len(fpi.needs_failing) < _MAX_CACHED:
-                fpi.needs_failing[key] = failing
+    def remember(self, plan: _Plan, params: Mapping[str, Any], values: tuple[Any, ...]) -> tuple[int, int | None]:
+        """A cell whose values of the parameters that matter were not seen together yet: their verdict,
+        remembered by those values when all are of a type whose equal values every condition treats alike.
+
+        Remembered per (parameter names, values of those that matter, their types): the types make ``True``, ``1``
+        and ``1.0`` three keys, and only str, int, bool and None values are keys (``-0.0 == 0.0``; other types may
+        compare equal while conditions tell them apart), so one lookup replaces one per parameter; other values
+        take the per-parameter path (``_verdict``) every time."""
+        verdict = self._verdict(plan, params)
+        types = tuple(map(type, values))
+        if all(t in _EXACT_TYPES for t in types):
+            cache = plan.by_types.get(types)
+            if cache is None:
+                cache = plan.by_types[types] = {}
+            if len(cache) < _MAX_CACHED:
+                cache[values] = verdict
+        return verdict
+
+    def needs_failing(self, fpi: _FingerprintIndex, needs_id: int | None, params: Mapping[str, Any]) -> int:
+        """The rules whose ``needs`` fail for a cell on this machine, remembered by the cell's needs id (None: not
+        remembered)."""
+        failing = 0
+        for bit, w in self.needs_rules:
+            if not needs_hold_on(w, fpi.needs_machine, params):
+                failing |= bit
+        if needs_id is not None:
+            fpi.needs_failing[needs_id] = failing
         return failing
 
-    def _rules_of(self, mask: int) -> tuple[Rule, ...]:
+    def rules_of(self, mask: int) -> list[Rule]:
+        """A result mask not seen yet: its rules, put together from the rules of each 64-bit segment of it (a
+        segment takes few distinct values); remembered while there is room."""
         found: list[Rule] = []
-        chunks = self.chunks
-        for i, byte in enumerate(mask.to_bytes(len(chunks), "little")):
-            if byte:
-                part = chunks[i][byte]
-                if part is None:
-                    part = chunks[i][byte] = tuple(self.rules[i * 8 + j] for j in range(8) if byte >> j & 1)
-                found.extend(part)
+        for shift, table in self.segments:
+            part = mask >> shift & _SEGMENT_MASK
+            rules = table.get(part)
+            if rules is None:
+                rules = self._segment_rules(shift, table, part)
+            found += rules
+        if len(self.results) < _MAX_RESULTS:
+            self.results[mask] = tuple(found)
+        return found
+
+    def _segment_rules(self, shift: int, table: dict[int, tuple[Rule, ...]], part: int) -> tuple[Rule, ...]:
+        """The rules of the set bits of one segment of a mask, remembered (a segment takes few distinct values)."""
+        rules = self.rules
+        found: list[Rule] = []
+        rest = part
+        while rest:
+            low = rest & -rest  # the lowest set bit
+            found.append(rules[shift + low.bit_length() - 1])
+            rest ^= low
+        if len(table) < _MAX_CACHED:
+            table[part] = tuple(found)
         return tuple(found)
+
+
+class _Plan:
+    """For cells whose parameters have the same names in the same order: ``absent``, the rules whose conditions hold
+    for the tested names they lack; ``tables``, the remembered masks of the tested names they have; ``needs_present``,
+    the needs parameters among them; ``getter``, the values of all those (None when no parameter matters, and
+    ``fixed`` is the verdict); ``by_types``, remembered verdicts: value types -> values -> (mask, needs id)."""
+
+    __slots__ = ("absent", "tables", "needs_present", "getter", "by_types", "fixed")
+
+    def __init__(self, absent: int, tables: tuple[tuple[str, dict[Any, int]], ...],
+                 needs_present: tuple[str, ...]) -> None:
+        self.absent = absent
+        self.tables = tables
+        self.needs_present = needs_present
+        names = (*(name for name, _ in tables), *(n for n in needs_present if n not in dict(tables)))
+        # itemgetter of one name returns the bare value: name it twice for a tuple
+        self.getter: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = (
+            operator.itemgetter(*names, names[0]) if len(names) == 1 else operator.itemgetter(*names)
+        ) if names else None
+        self.by_types: dict[tuple[type, ...], dict[tuple[Any, ...], tuple[int, int | None]]] = {}
+        self.fixed: tuple[int, int | None] = (absent, None)
 
 
 class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
-    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param", "needs_failing")
+    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param",
+                 "needs_machine", "needs_failing")
 
     def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
         self.kb_index = kb_index
@@ -287,7 +375,9 @@ class _FingerprintIndex:
                 self.installed_engines |= bits
         self.by_engine: dict[str, int] = {}
         self.by_engine_param: dict[Any, int] = {}
-        self.needs_failing: dict[tuple[Any, ...], int] = {}  # needs values -> rules whose needs fail here
+        # needs verdicts, shared by the fingerprints whose needs_machine is the same
+        self.needs_machine = needs_machine(facts) if kb_index.needs_rules else (0, None)
+        self.needs_failing = kb_index.needs_by_machine.setdefault(self.needs_machine, {})
 
     def candidates(self, engine: str | None, engine_param: Any) -> int:
         """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter."""
@@ -304,7 +394,7 @@ class _FingerprintIndex:
 
 
 _KB_INDEXES: dict[int, _KbIndex] = {}
-_LAST: tuple[KnowledgeBase, Fingerprint, _FingerprintIndex] | None = None
+_LAST: tuple[KnowledgeBase | None, Fingerprint | None, _FingerprintIndex | None] = (None, None, None)
 
 
 def index_for(kb: KnowledgeBase) -> _KbIndex:
@@ -332,6 +422,6 @@ def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
 def clear_match_cache() -> None:
     """Forget the matching indexes and verdicts (rebuilt on the next call): for benchmarks, and to free memory."""
     global _LAST
-    _LAST = None
+    _LAST = (None, None, None)
     _KB_INDEXES.clear()
     clear_facts_cache()

@@ -72,6 +72,7 @@ def _ver(text: str | None) -> Version | None:
 
 def clear_facts_cache() -> None:
     _facts.cache_clear()
+    _VKEYS.clear()
 
 
 # --------------------------------------------------------------------------- one function per condition kind
@@ -99,9 +100,28 @@ def gpus_hold(w: Conditions, gpus: Sequence[tuple[str, str | None, Version | Non
     return any(gpu_holds(w, g) for g in gpus)
 
 
-def _vkey(version: Version | None) -> str | None:
-    """A key for a version that two versions share only when every specifier treats them alike."""
-    return None if version is None else str(version)
+_VKEYS: dict[int, tuple[Version, str]] = {}  # id -> (the version, kept alive so its id stays its own; its text)
+
+
+def vkey(version: Version | None) -> str | None:
+    """A key for a version that two versions share only when every specifier treats them alike: its text
+    (``8`` and ``8.0`` are equal versions but not to ``===8.0``). Remembered per version object (``parse_version``
+    returns the same object for the same text), since ``Version.__str__`` takes microseconds."""
+    if version is None:
+        return None
+    entry = _VKEYS.get(id(version))
+    if entry is not None and entry[0] is version:
+        return entry[1]
+    key = str(version)
+    if len(_VKEYS) < 4096:
+        _VKEYS[id(version)] = (version, key)
+    return key
+
+
+def _gpus_key(gpus: Sequence[tuple[str, str | None, Version | None, Version | None]]) -> Hashable:
+    """``gpus_hold`` asks whether any GPU qualifies, so eight alike GPUs share one GPU's key: each distinct GPU
+    once, in order of first appearance."""
+    return tuple(dict.fromkeys((n, a, vkey(c), vkey(m)) for n, a, c, m in gpus))
 
 
 @dataclass(frozen=True)
@@ -120,23 +140,23 @@ class MachineCondition:
 
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
     MachineCondition("driver", ("driver",),
-                     lambda w: w.driver is not None, lambda f: f.driver, _vkey,
+                     lambda w: w.driver is not None, lambda f: f.driver, vkey,
                      lambda w, v: spec_holds(w.driver, v)),
     MachineCondition("cuda_driver", ("cuda_driver",),
-                     lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, _vkey,
+                     lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, vkey,
                      lambda w, v: spec_holds(w.cuda_driver, v)),
     MachineCondition("cuda_runtime", ("cuda_runtime",),
-                     lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, _vkey,
+                     lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, vkey,
                      lambda w, v: spec_holds(w.cuda_runtime, v)),
     MachineCondition("gpu_count", ("gpu_count",),
-                     lambda w: w.gpu_count is not None, lambda f: f.gpu_count, _vkey,
+                     lambda w: w.gpu_count is not None, lambda f: f.gpu_count, vkey,
                      lambda w, v: spec_holds(w.gpu_count, v), known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
     MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
                      lambda w: w.has_gpu_condition, lambda f: f.gpus,
-                     lambda gpus: tuple((n, a, _vkey(c), _vkey(m)) for n, a, c, m in gpus), gpus_hold,
+                     _gpus_key, gpus_hold,
                      known=lambda f: bool(f.gpus)),
 )
 
@@ -245,17 +265,31 @@ def _smallest_gpu_mib(facts: Facts) -> float | None:
     return min(sizes) if sizes else None
 
 
+def needs_machine(facts: Facts) -> tuple[int, float | None]:
+    """All that ``needs`` look at on the machine: how many GPUs are visible and the smallest one's MiB. ``kb.index``
+    shares needs verdicts between fingerprints that agree on these."""
+    return len(facts.gpus), _smallest_gpu_mib(facts)
+
+
 def needs_hold(w: Conditions, facts: Facts, params: Mapping[str, Any]) -> bool:
     """``needs``: holds (a problem) when the cell needs more than this runner has; a need that cannot be told (no
     weights measured, a GPU of unknown size) is not judged. Compares the cell with the machine, so ``kb.index``
     applies it after the masks."""
+    if not (w.needs_gpus or w.needs_memory):
+        return True
+    return needs_hold_on(w, needs_machine(facts), params)
+
+
+def needs_hold_on(w: Conditions, machine: tuple[int, float | None], params: Mapping[str, Any]) -> bool:
+    """``needs_hold`` given ``needs_machine(facts)``: the machine enters only through those two numbers."""
+    gpu_count, smallest_mib = machine
     if w.needs_gpus:
         need = gpus_needed(w.needs_gpus, params)
-        if need is None or need <= len(facts.gpus):
+        if need is None or need <= gpu_count:
             return False
     if w.needs_memory:
-        need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
-        if need_mib is None or have is None or need_mib <= have:
+        need_mib = memory_needed(w.needs_memory, params)
+        if need_mib is None or smallest_mib is None or need_mib <= smallest_mib:
             return False
     return True
 

@@ -62,6 +62,7 @@ class ReportCollector:
         self._cells_dir: str | None = None  # made for the first xdist worker
         self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
         self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
+        self._texts: dict[str, str] = {}  # nodeid -> the payload text merged last into its cell
 
     # ------------------------------------------------------------------ collecting
 
@@ -72,14 +73,22 @@ class ReportCollector:
             self._crashed(report, crash)
         else:
             payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
-            if isinstance(payload, str):  # JSON text (state.CellState.payload_for)
-                payload = json.loads(payload)
-            if payload is None:  # a passed teardown that told nothing new, or a test that is no cell
-                cell = self.cells.get(report.nodeid)
-                if cell is not None:
-                    cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
-                return
-            self._add(report, payload)
+            text = payload if isinstance(payload, str) else None  # JSON text (state.CellState.payload_for)
+            if text is not None and report.passed and self._texts.get(report.nodeid) == text:
+                # the very text merged last into this cell (a call that measured nothing after its setup): merging
+                # it again would change nothing, and a passed report's outcome does not read it
+                self._again(report, self.cells[report.nodeid])
+            else:
+                if text is not None:
+                    payload = json.loads(text)
+                if payload is None:  # a passed teardown that told nothing new, or a test that is no cell
+                    cell = self.cells.get(report.nodeid)
+                    if cell is not None:
+                        cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
+                    return
+                self._add(report, payload)
+                if text is not None:
+                    self._texts[report.nodeid] = text
         if self.path and self._checkpoint_due():
             self.write(partial=True)
 
@@ -96,8 +105,13 @@ class ReportCollector:
             cell["notes"] = payload.get("notes") or cell.get("notes", {})
             # each phase's payload has every finding so far: those flagged while the test ran come with the later ones
             cell["rules"], cell["findings"] = payload.get("rules") or [], payload.get("findings") or []
+        self._again(report, cell, payload)
+
+    def _again(self, report: pytest.TestReport, cell: dict[str, Any], payload: dict[str, Any] | None = None) -> None:
+        """What every report of a cell adds, its payload merged or not: its duration, its outcome, the rules that
+        explain a failure. ``payload`` is read for a report that did not pass only."""
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
-        outcome, reason = _outcome(report, payload)
+        outcome, reason = _outcome(report, payload or {})
         if outcome is not None and _should_replace(cell, report.when, outcome):
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
         self._explain(cell)
