@@ -151,9 +151,12 @@ def test_corpus_rules_through_check(name: str, tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("name", [n for n in EXPECTED if n.startswith("reports/")])
-def test_corpus_reports_through_merge_and_diff(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_corpus_reports_through_merge_diff_and_golden(name: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = HOSTILE / name
-    for argv in (["merge", str(path), "-o", str(tmp_path / "m.json")], ["diff", str(path), str(path)]):
+    golden = str(Path(__file__).resolve().parent.parent / "docs" / "reports" / "golden")
+    for argv in (["merge", str(path), "-o", str(tmp_path / "m.json")], ["diff", str(path), str(path)],
+                 ["golden", str(path), "--golden", golden, "-o", str(tmp_path / "m.json")]):
         code, _, err = run_cli(capsys, argv)
         assert code == 2
         assert_one_line(err, path, EXPECTED[name])

@@ -123,6 +123,20 @@ def test_a_golden_file_that_does_not_fit_is_refused(capsys: pytest.CaptureFixtur
     assert code == 1 and "refused" in out and why in out
 
 
+@pytest.mark.parametrize(("gens", "params", "why"), [
+    ((gen([5, 6, 7, 8]),), None, "the cell kept 1 generations, qwen2-abc__builtin.json holds 2 prompts"),
+    (REFERENCE, {"dtype": "auto"}, "no thresholds for dtype 'auto'"),
+    (REFERENCE, {"dtype": "int3"}, "no thresholds for dtype 'int3'"),
+])
+def test_outputs_that_cannot_be_judged_are_refused_not_a_traceback(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, gens: tuple[Generation, ...],
+        params: dict[str, Any] | None, why: str) -> None:
+    """A hand-edited report: the prompts' digest of the golden file with another number of generations, or a dtype
+    no thresholds exist for (and no dtype the engine reported)."""
+    code, out, err = run([str(report_file(tmp_path, gens, params)), "--golden", str(golden_dir(tmp_path))], capsys)
+    assert code == 1 and err == "" and "refused" in out and why in out
+
+
 def test_no_golden_for_the_model_is_missing_not_failed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = report_file(tmp_path, model="d" * 64)
     code, out, _ = run([str(path), "--golden", str(golden_dir(tmp_path))], capsys)

@@ -69,10 +69,17 @@ def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source
     status, reason, golden = _find(files, kept, where)
     if golden is None:
         return GoldenCheck(cell, status, reason)
+    asked = len(golden.prompts) or len(golden.reference.generations if golden.reference else kept.generations)
+    if len(kept.generations) != asked:  # the same prompt digest, another count: a report edited by hand
+        return GoldenCheck(cell, "refused", f"the cell kept {len(kept.generations)} generations, {reason} holds "
+                                            f"{asked} prompts", reason)
     ran = cell.extra.get("engine_info")
     ran_dtype = ran.get("dtype") if isinstance(ran, Mapping) else None
-    verdict = judge(golden, Cell(cell.engine, cell.params, cell.axes).id, kept.generations,
-                    threshold_class(cell.params, ran_dtype), table)
+    try:
+        verdict = judge(golden, Cell(cell.engine, cell.params, cell.axes).id, kept.generations,
+                        threshold_class(cell.params, ran_dtype), table)
+    except ValueError as exc:  # outputs that cannot be compared (lengths), or no thresholds for the cell's dtype
+        return GoldenCheck(cell, "refused", f"not comparable with {reason}: {exc}", reason)
     if not verdict.compared:
         return GoldenCheck(cell, "not compared", verdict.message, reason, verdict.metrics)
     return GoldenCheck(cell, "passed" if verdict.passed else "failed", verdict.message, reason, verdict.metrics)
