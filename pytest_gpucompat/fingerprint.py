@@ -12,7 +12,6 @@ import platform
 import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from .engines.registry import kb_engine_names, tracked_packages
 from .environment import engine_env, env_field
 from .errors import InputError
 from .inputs import bool_field, int_field, load_file, text_field
+from .installed import find
 from .versions import is_version, normalize_package
 
 SCHEMA = 1
@@ -281,19 +281,15 @@ def _interconnect(gpus: tuple[GPU, ...], links: tuple[Link, ...]) -> str | None:
 def installed_packages() -> dict[str, str]:
     """Versions of the tracked distributions, the first installed name of each in the order listed.
 
-    Asked name by name: a lookup reads one .dist-info, a scan of every installed distribution costs ten times more
-    in a large environment (it was most of `gpucompat env`'s own time).
+    Read from the distributions' own metadata directories (installed.py), not by importing importlib.metadata or
+    scanning every installed distribution: either cost more than the rest of `gpucompat env`.
     """
+    installed = find(name for names in TRACKED_PACKAGES.values() for name in names)
     found: dict[str, str] = {}
     for key, names in TRACKED_PACKAGES.items():
-        for name in names:
-            try:
-                version = metadata.version(name)
-            except Exception:  # not installed, or a broken .dist-info: it must not break the fingerprint
-                continue
-            if version:
-                found[key] = version
-                break
+        version = next((installed[name].version for name in names if name in installed), None)
+        if version:
+            found[key] = version
     return dict(sorted(found.items()))
 
 
@@ -317,11 +313,12 @@ def cuda_runtime_version(packages: Mapping[str, str]) -> str | None:
 
 def _torch_version_file() -> str | None:
     """Read ``cuda = '13.0'`` from torch/version.py; "" means a CPU build, None means unknown."""
+    torch = find(["torch"]).get("torch")
     try:
-        dist = metadata.distribution("torch")
-        path = Path(str(dist.locate_file("torch/version.py")))
-        text = path.read_text()
-    except Exception:
+        text = (torch.location / "torch" / "version.py").read_text() if torch is not None else ""
+    except OSError:
+        return None
+    if not text:
         return None
     for line in text.splitlines():
         if line.startswith("cuda"):

@@ -238,16 +238,14 @@ def test_collect_records_the_engine_environment(nvml, monkeypatch):
     assert hash(fp) == hash(fpmod.Fingerprint(**{**vars(fp), "env": {}}))  # env is data, not identity
 
 
-def test_kernel_packages_are_tracked(monkeypatch):
-    versions = {"flashinfer-python": "0.2.5", "sgl-kernel": "0.1.9", "xformers": "0.0.29", "flash-attn": "2.7.4",
+def test_kernel_packages_are_tracked(monkeypatch, tmp_path):
+    versions = {"flashinfer_python": "0.2.5", "sgl_kernel": "0.1.9", "xformers": "0.0.29", "flash_attn": "2.7.4",
                 "vllm": "0.26.0"}
-
-    def version(name):
-        if name not in versions:
-            raise fpmod.metadata.PackageNotFoundError(name)
-        return versions[name]
-
-    monkeypatch.setattr(fpmod.metadata, "version", version)
+    for name, version in versions.items():  # a site directory with these distributions only
+        (tmp_path / f"{name}-{version}.dist-info").mkdir()
+        (tmp_path / f"{name}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nthe description\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
     packages = fpmod.installed_packages()
     assert packages == {"flash-attn": "2.7.4", "flashinfer-python": "0.2.5", "sglang-kernel": "0.1.9",
                         "vllm": "0.26.0", "xformers": "0.0.29"}

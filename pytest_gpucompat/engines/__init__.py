@@ -8,7 +8,6 @@ machine without vLLM can still collect and skip vLLM cells.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import linecache
 import os
@@ -16,6 +15,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..installed import version as installed_version
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .registry import (
     EngineDescriptor,
@@ -68,7 +68,7 @@ class Unsupported(EngineUnavailable, NotImplementedError):
 ENGINE_NAMES: tuple[str, ...] = engine_names()
 
 DISTRIBUTIONS: dict[str, str] = {d.name: d.distribution for d in descriptors()}
-"""The distribution whose version identifies each engine (what `importlib.metadata.version` is asked)."""
+"""The distribution whose version identifies each engine (its installed version: installed.py)."""
 
 IN_PROCESS_ENGINES: frozenset[str] = frozenset(d.name for d in descriptors() if d.in_process)
 """Engines that run in the pytest process by default; every other engine runs isolated in a child process."""
@@ -88,10 +88,7 @@ def engine_version(name: str) -> str | None:
     dist = distribution(name)
     if dist is None:
         return None
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(dist)
 
 
 def missing_module(name: str, params: Mapping[str, Any] | None = None) -> str | None:
