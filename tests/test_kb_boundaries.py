@@ -145,3 +145,22 @@ def test_sglang_enable_flashinfer_existed_in_0_1_13_to_0_1_17(capsys, tmp_path, 
 def test_vllm_attention_backend_flag_arrives_in_0_13(capsys, tmp_path, vllm, expected):
     text = env(vllm=vllm, params="{engine: vllm, attention_backend: FLASHINFER}")
     assert ("vllm-attention-backend-flag-not-before-0.13" in broken(capsys, tmp_path, text)) is expected
+
+
+# ---------------------------------------------------------------------------- vLLM --block-size choices
+
+
+@pytest.mark.parametrize(("vllm", "block_size", "rule"), [
+    ("0.7.3", 4, "vllm-block-size-below-8-rejected-v0"),  # [8, 16, 32, 64, 128] through 0.8.4
+    ("0.8.4", 1, "vllm-block-size-below-8-rejected-v0"),
+    ("0.8.4", 8, None),
+    ("0.8.5", 1, None),  # Literal[1, 8, 16, ...] from 0.8.5
+    ("0.8.5", 4, "vllm-block-size-2-to-7-rejected"),
+    ("0.17.1", 7, "vllm-block-size-2-to-7-rejected"),
+    ("0.17.1", 8, None),
+    ("0.18.0", 4, None),  # any positive integer parses from 0.18.0
+])
+def test_vllm_block_size_choices_per_release(capsys, tmp_path, vllm, block_size, rule):
+    rules = {"vllm-block-size-below-8-rejected-v0", "vllm-block-size-2-to-7-rejected"}
+    found = broken(capsys, tmp_path, env(vllm=vllm, params=f"{{engine: vllm, block_size: {block_size}}}")) & rules
+    assert found == ({rule} if rule else set())
