@@ -345,11 +345,7 @@ def match_golden(files: Sequence[GoldenFile], model: ModelIdentity, prompts_name
     nothing in ``where`` concerns this model. Pure."""
     for golden in files:
         if golden.model.differences(model) == [] and golden.prompts_digest == prompts_digest:
-            name = Path(golden.source).name or "golden file"
-            if (golden.max_tokens, golden.top_n) != (max_tokens, top_n):
-                return Match("refused", f"{name} was recorded with {golden.max_tokens} tokens and top-{golden.top_n}; "
-                                        f"this run asks {max_tokens} tokens and top-{top_n}")
-            return Match("found", f"{name}", golden)
+            return _fitting(golden, max_tokens, top_n, "this run asks")
     related = [g for g in files if g.model.name == model.name or g.model.weights == model.weights]
     related.sort(key=lambda g: g.prompts_name != prompts_name)
     if explicit and not related:
@@ -358,3 +354,28 @@ def match_golden(files: Sequence[GoldenFile], model: ModelIdentity, prompts_name
         return Match("refused", _why_not(related[0], model, prompts_name, prompts_digest))
     return Match("missing", f"no golden output for {model.name} ({short(model.digest)}) and prompt set "
                             f"'{prompts_name}' ({short(prompts_digest)}) in {where}")
+
+
+def _fitting(golden: GoldenFile, max_tokens: int, top_n: int, asker: str) -> Match:
+    """The file of this model and these prompts: found, or refused when recorded with another length or top-N."""
+    name = Path(golden.source).name or "golden file"
+    if (golden.max_tokens, golden.top_n) != (max_tokens, top_n):
+        return Match("refused", f"{name} was recorded with {golden.max_tokens} tokens and top-{golden.top_n}; "
+                                f"{asker} {max_tokens} tokens and top-{top_n}")
+    return Match("found", name, golden)
+
+
+def match_kept(files: Sequence[GoldenFile], model_digest: str, prompts_digest: str, max_tokens: int, top_n: int,
+               where: str) -> Match:
+    """``match_golden`` for outputs a report kept, which name their model by its one content digest: the file of
+    that model and those prompt ids; refused for that model's file of another prompt set or length. Pure."""
+    same_model = [g for g in files if g.model.digest == model_digest]
+    for golden in same_model:
+        if golden.prompts_digest == prompts_digest:
+            return _fitting(golden, max_tokens, top_n, "the cell kept")
+    if same_model:
+        golden = same_model[0]
+        return Match("refused", f"{Path(golden.source).name} was recorded for another prompt set "
+                                f"('{golden.prompts_name}' {short(golden.prompts_digest)}; the cell asked "
+                                f"{short(prompts_digest)})")
+    return Match("missing", f"no golden output for model {short(model_digest)} in {where}")

@@ -34,6 +34,9 @@ FORMATS: dict[str, tuple[str, str, str]] = {
 }
 
 
+REPORT_HELP = "report JSON written by a pytest --gpucompat-report run or by `merge`"
+
+
 def _error(command: str, message: str) -> int:
     print(f"gpucompat {command}: error: {' '.join(str(message).split())}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -231,7 +234,7 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         description="Render a gpucompat report. Without an output option the Markdown summary is printed. "
         "When $GITHUB_STEP_SUMMARY is set the summary is appended to it.",
     )
-    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    p.add_argument("report", help=REPORT_HELP)
     for name, (_module, _renderer, help_text) in FORMATS.items():
         p.add_argument(f"--{name}", metavar="FILE", help=help_text)
     p.set_defaults(func=_run_report)
@@ -266,7 +269,7 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "confidence verified, citing REPORT) to check and commit. Exit 0 when every failure is explained, 1 when "
         "some are not, 2 on bad input.",
     )
-    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    p.add_argument("report", help=REPORT_HELP)
     add_options(p.add_argument, "", CLI["explain"], cli=True)
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.set_defaults(func=_run_explain)
@@ -279,7 +282,7 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "--gpucompat-golden. Exit 0 when no checked cell failed, 1 when one failed or its golden file was refused, "
         "2 on bad input.",
     )
-    p.add_argument("report", help="report JSON written by a pytest --gpucompat-report run or by `merge`")
+    p.add_argument("report", help=REPORT_HELP)
     add_options(p.add_argument, "", CLI["golden"], cli=True)
     p.add_argument("-o", "--output", metavar="FILE", help="write the report with these verdicts in the cells' golden "
                    "entries and golden_* figures")

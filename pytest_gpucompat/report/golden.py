@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from .. import outputs
-from ..checkpoint import short
 from ..checks.golden import CELL_PREFIX, PREFIX, judge, threshold_class
-from ..golden import GoldenFile
+from ..golden import GoldenFile, match_kept
 from ..matrix import Cell
 from .model import CellRecord, Report
 
@@ -40,25 +38,6 @@ class GoldenCheck:
         return self.status in ("failed", "refused")
 
 
-def _find(files: Sequence[GoldenFile], kept: outputs.CellOutputs, where: str) -> tuple[str, str, GoldenFile | None]:
-    """The golden file for the cell's model and prompts: (status, reason, file). A file of the same model with
-    other prompts or another generation length is refused; nothing of this model is missing."""
-    same_model = [g for g in files if g.model.digest == kept.model]
-    for golden in same_model:
-        if golden.prompts_digest != kept.prompts:
-            continue
-        name = Path(golden.source).name or "golden file"
-        if (golden.max_tokens, golden.top_n) != (kept.max_tokens, kept.top_n):
-            return ("refused", f"{name} was recorded with {golden.max_tokens} tokens and top-{golden.top_n}; the "
-                               f"cell kept {kept.max_tokens} tokens and top-{kept.top_n}", None)
-        return "found", name, golden
-    if same_model:
-        golden = same_model[0]
-        return ("refused", f"{Path(golden.source).name} was recorded for another prompt set ('{golden.prompts_name}' "
-                           f"{short(golden.prompts_digest)}; the cell asked {short(kept.prompts)})", None)
-    return "missing", f"no golden output for model {short(kept.model)} in {where}", None
-
-
 def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source: str = "report",
                table: Mapping[str, Mapping[str, Any]] | None = None) -> GoldenCheck | None:
     """The cell judged against ``files``; None for a cell that kept no outputs. A malformed ``outputs`` entry
@@ -66,9 +45,10 @@ def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source
     kept = outputs.from_cell(cell.extra, f"{source}: cell {cell.nodeid}")
     if kept is None:
         return None
-    status, reason, golden = _find(files, kept, where)
+    found = match_kept(files, kept.model, kept.prompts, kept.max_tokens, kept.top_n, where)
+    golden, reason = found.golden, found.reason
     if golden is None:
-        return GoldenCheck(cell, status, reason)
+        return GoldenCheck(cell, found.status, reason)
     asked = len(golden.prompts) or len(golden.reference.generations if golden.reference else kept.generations)
     if len(kept.generations) != asked:  # the same prompt digest, another count: a report edited by hand
         return GoldenCheck(cell, "refused", f"the cell kept {len(kept.generations)} generations, {reason} holds "
