@@ -94,7 +94,9 @@ def pytest_configure_node(node: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    return xdist_support.make_scheduler(config, log) if _enabled(config) else None
+    if not _enabled(config):
+        return None
+    return xdist_support.make_scheduler(config, log, lambda: sharing.exclusive_ids(config))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -136,6 +138,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=cs.decision.reason))
         elif cs.decision is not None and cs.decision.action == "xfail":
             item.add_marker(pytest.mark.xfail(reason=cs.decision.reason, strict=cs.decision.strict))
+    sharing.note_exclusive(config, items)  # a worker sharing its GPU: which tests the scheduler deals out last
 
 
 def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], float | None]) -> dict[str, float] | None:

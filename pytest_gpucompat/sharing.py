@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from .engines.base import EngineSpec
     from .engines.pool import EnginePool
 
-__all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "share_for", "setup_worker"]
+__all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "exclusive_ids", "note_exclusive",
+           "share_for", "setup_worker"]
 
 SHARE_DIR = "gpucompat_share_dir"  # workerinput key: the ledger's directory
 RUN_ENV = "GPUCOMPAT_SHARED_RUN"
@@ -285,6 +287,40 @@ def begin(config: pytest.Config, item: pytest.Item) -> None:
     if pools and exclusive(config, item):  # no engine pool yet: nothing to stop, no hook call per test
         for pool in pools:
             pool.idle_out()
+
+
+_EXCLUSIVE_FILE = "exclusive-{worker}.json"
+
+
+def note_exclusive(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """On a worker sharing its GPU, at collection: the exclusive tests' nodeids, for the controller's scheduler to
+    deal them out after every shared test (``xdist_support.make_scheduler``)."""
+    workerinput = getattr(config, "workerinput", None) or {}
+    directory = workerinput.get(SHARE_DIR)
+    if not directory:
+        return
+    import json
+
+    from .report.io import write_text_atomic
+
+    ids = sorted(item.nodeid for item in items if exclusive(config, item))
+    name = _EXCLUSIVE_FILE.format(worker=workerinput.get("workerid", os.getpid()))
+    write_text_atomic(os.path.join(directory, name), json.dumps(ids))
+
+
+def exclusive_ids(config: pytest.Config) -> frozenset[str]:
+    """On the controller, once every worker has collected: the exclusive tests the workers noted (none when
+    the run does not share GPUs, or a note cannot be read: then the scheduler deals them out as any other)."""
+    import json
+
+    directory = config.stash.get(_dir_key, None)
+    found: set[str] = set()
+    if directory is None:
+        return frozenset()
+    for path in sorted(Path(directory).glob(_EXCLUSIVE_FILE.format(worker="*"))):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            found.update(str(i) for i in json.loads(path.read_text(encoding="utf-8")))
+    return frozenset(found)
 
 
 def exclusive(config: pytest.Config, item: pytest.Item) -> bool:

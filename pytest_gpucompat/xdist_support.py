@@ -3,7 +3,9 @@ sharing each, and the cells of one engine kept on one worker when they share."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,16 +66,48 @@ def engine_scope(nodeid: str) -> str:
     return "[" + rest
 
 
-def make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's ``load`` scheduling by engine scope when workers share GPUs; None (xdist's own) otherwise."""
+EXCLUSIVE_SCOPE = "exclusive "
+"""Prefix of an exclusive test's work unit: apart from the shared tests of its engine configuration."""
+
+
+def make_scheduler(config: pytest.Config, log: Any,
+                   exclusive_ids: Callable[[], frozenset[str]] | None = None) -> Any:
+    """xdist's ``load`` scheduling by engine scope when workers share GPUs; None (xdist's own) otherwise.
+
+    The exclusive tests (``exclusive_ids``, read once every worker has collected) are units of their own, dealt out
+    after every shared unit: an exclusive test in the middle of a run makes every other worker give its engines back
+    and start them again afterwards, and stalls them meanwhile (on an H200, a packed run slower than the serial one).
+    """
     if config.getvalue("dist") != "load" or not packing(config):
         return None
+    return engine_scope_scheduling()(config, log, exclusive_ids)
+
+
+@functools.cache
+def engine_scope_scheduling() -> type:
     from xdist.scheduler import LoadScopeScheduling
 
     class EngineScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """LoadScopeScheduling over engine scopes (a whole scope goes to one worker)."""
+        """LoadScopeScheduling over engine scopes (a whole scope goes to one worker), exclusive tests last."""
+
+        def __init__(self, config: pytest.Config, log: Any = None,
+                     exclusive_ids: Callable[[], frozenset[str]] | None = None) -> None:
+            super().__init__(config, log)
+            self._exclusive_ids = exclusive_ids
+            self._exclusive: frozenset[str] = frozenset()
+
+        def schedule(self) -> None:
+            if self.collection is None and self._exclusive_ids is not None:
+                self._exclusive = self._exclusive_ids()
+            super().schedule()
 
         def _split_scope(self, nodeid: str) -> str:
-            return engine_scope(nodeid)
+            scope = engine_scope(nodeid)
+            return EXCLUSIVE_SCOPE + scope if nodeid in self._exclusive else scope
 
-    return EngineScopeScheduling(config, log)
+        def _assign_work_unit(self, node: Any) -> None:
+            for scope in [s for s in self.workqueue if s.startswith(EXCLUSIVE_SCOPE)]:
+                self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
+
+    return EngineScopeScheduling

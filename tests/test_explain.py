@@ -73,6 +73,41 @@ def test_a_report_without_failures_is_all_explained(capsys):
     assert run(capsys, str(PASSED)) == (0, f"{PASSED}: no failed or errored cell\n", "")
 
 
+INTERRUPTED = REPORTS / "h200-580.159.04-sglang-0.5.16-golden.json"  # cut by its own timeout in a memory cell
+
+
+def test_a_cell_the_run_was_stopped_in_is_no_failure_of_the_stack(capsys):
+    code, out, _ = run(capsys, str(INTERRUPTED))
+    assert code == 1  # not judged is not explained: a gate on explain does not pass an interrupted run
+    assert out.startswith(f"{INTERRUPTED}: 1 failed or errored cell: 0 explained by known issues, 0 not explained, "
+                          "1 stopped with the run")
+    assert "not judged: the run was stopped before this cell ended" in out
+    assert "proposed rule" not in out and "rules:" not in out  # no rule for a fact about the run
+    code, out, _ = run(capsys, str(INTERRUPTED), "--json")
+    data = json.loads(out)
+    assert (data["failed"], data["explained"], data["unexplained"]) == (1, 0, 0)
+    assert [c["nodeid"].split("::")[1][:38] for c in data["stopped"]] == ["test_create_destroy_cycles_do_not_leak"]
+
+
+@pytest.mark.parametrize(("reason", "interrupted", "stopped"), [
+    ("did not finish: the run was stopped before the cell ended", False, True),
+    ("interrupted in setup: the run was stopped before the cell ran", False, True),
+    ("did not finish: the run was interrupted or its worker died", True, True),  # reports before the split
+    ("did not finish: the run was interrupted or its worker died", False, False),  # so a worker died
+    ("did not finish: its worker died", True, False),
+    ("sglang: Engine() failed: RuntimeError", True, False),
+])
+def test_which_errors_are_the_runs_own(capsys, tmp_path, reason, interrupted, stopped):
+    cells = [{"nodeid": "suites/test_smoke.py::test_x[tiny-qwen2-sglang]", "engine": "sglang", "outcome": "error",
+              "when": "call", "reason": reason}]
+    path = tmp_path / "r.json"
+    write_report_atomic(Report.from_run({"name": "r", "packages": {"sglang": "0.5.16"}}, cells,
+                                        interrupted=interrupted), path)
+    code, out, _ = run(capsys, str(path), "--json")
+    data = json.loads(out)
+    assert code == 1 and (len(data["stopped"]), data["unexplained"]) == ((1, 0) if stopped else (0, 1))
+
+
 def _sglang_runner(tmp_path: Path) -> Path:
     """A second runner (another GPU, driver and stack) where SGLang failed to import and vLLM's server failed."""
     fp = {"name": "h100-ci", "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}],

@@ -164,3 +164,33 @@ def test_vllm_block_size_choices_per_release(capsys, tmp_path, vllm, block_size,
     rules = {"vllm-block-size-below-8-rejected-v0", "vllm-block-size-2-to-7-rejected"}
     found = broken(capsys, tmp_path, env(vllm=vllm, params=f"{{engine: vllm, block_size: {block_size}}}")) & rules
     assert found == ({rule} if rule else set())
+
+
+# ---------------------------------------------------------------------------- SGLang's offline Engine and atexit
+
+
+@pytest.mark.parametrize(("sglang", "fires"), [
+    ("0.3.2", False),  # no offline Engine yet
+    ("0.3.3", True),  # the first Engine registers atexit(self.shutdown)
+    ("0.5.16", True),  # measured on the H200
+    ("0.5.23", True),  # the newest release read: still never unregistered
+])
+def test_sglang_engine_kept_alive_by_atexit_per_release(capsys, tmp_path, sglang, fires):
+    found = findings(capsys, tmp_path, env(gpu=H100, sglang=sglang, params="{engine: sglang}"))
+    assert ("sglang-engine-atexit-keeps-every-engine-alive" in found) is fires
+
+
+# ---------------------------------------------------------------------------- vLLM fp8_e5m2 KV cache on Hopper
+
+
+@pytest.mark.parametrize(("gpu", "vllm", "fires"), [
+    (H100, "0.21.0", False),  # FlashAttention 3 still takes the cell (not run: not claimed)
+    (H100, "0.22.0", True),  # FA3 refuses e5m2 from here: TRITON_ATTN quantizes queries and asserts
+    (H100, "0.25.0", True),  # run on the H200
+    (H100, "0.34.0", True),  # the newest release read: the assert unchanged
+    (H100, "0.35.0", False),  # not read
+    (A100, "0.26.0", False),  # Hopper only
+])
+def test_vllm_fp8_e5m2_kv_cache_on_hopper_per_release(capsys, tmp_path, gpu, vllm, fires):
+    found = broken(capsys, tmp_path, env(gpu=gpu, vllm=vllm, params="{engine: vllm, kv_cache_dtype: fp8_e5m2}"))
+    assert ("vllm-0.26-fp8-e5m2-kv-fails-at-start-on-hopper" in found) is fires

@@ -91,3 +91,33 @@ def test_policy_from_the_environment() -> None:
                          ({"GPUCOMPAT_MEMORY_BUDGET_S": "nan"}, "finite")):
         with pytest.raises(ValueError, match=message):
             CyclePolicy.from_env(env)
+
+
+# host RSS series recorded on an H200 (docs/reports), cycle 0 before the first engine
+SGLANG_0_5_16_HOST = [507.81, 1090.73, 1091.44, 1092.0, 1092.56, 1093.17]  # Engine kept alive by atexit: +0.6/cycle
+VLLM_0_25_SERIAL_HOST = [507.18, 1593.32, 1607.2, 1607.35, 1608.48, 1608.58, 1608.55, 1608.66]
+VLLM_0_25_PACKED_HOST = [507.18, 1593.98, 1607.75, 1607.65, 1607.71, 1608.73, 1608.47, 1609.72, 1610.72]
+
+
+def test_a_leak_over_every_cycle_is_reported_at_once() -> None:
+    verdict = memory_verdict(samples(host_rss_mib=SGLANG_0_5_16_HOST))
+    assert verdict.leaked and not verdict.unconfirmed
+    assert not CyclePolicy().more(samples(host_rss_mib=SGLANG_0_5_16_HOST), cycles_done=5, elapsed_s=257.0)
+
+
+def test_a_leak_over_the_latest_cycles_alone_is_confirmed_with_more_cycles() -> None:
+    # the same vLLM 0.25.0 engine, two runs: clean over 7 cycles, leaking over the latest 4 of 8 in the other
+    assert not memory_verdict(samples(host_rss_mib=VLLM_0_25_SERIAL_HOST)).leaked
+    packed = samples(host_rss_mib=VLLM_0_25_PACKED_HOST)
+    verdict = memory_verdict(packed)
+    assert verdict.leaked and verdict.unconfirmed and [v.latest_only for v in verdict.fired] == [True]
+    policy = CyclePolicy(min_cycles=5, max_cycles=12, budget_s=300.0)
+    assert policy.more(packed, cycles_done=8, elapsed_s=86.0)  # more cycles decide it
+    assert not policy.more(packed, cycles_done=12, elapsed_s=86.0)  # at the bound, the leak stands as seen
+    assert not policy.more(packed, cycles_done=8, elapsed_s=300.0)
+    # a steady 1 MiB/cycle (the detection goal) after that warm-up is still a leak once the cycles are run
+    leaking = VLLM_0_25_PACKED_HOST[:3] + [VLLM_0_25_PACKED_HOST[2] + i * 1.0 for i in range(1, 11)]
+    assert memory_verdict(samples(host_rss_mib=leaking)).leaked
+    # and the helper-process or allocator signals that fire over every cycle are never held back
+    both = samples(host_rss_mib=VLLM_0_25_PACKED_HOST, started_processes=list(range(9)))
+    assert memory_verdict(both).leaked and not memory_verdict(both).unconfirmed

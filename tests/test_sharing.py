@@ -252,3 +252,90 @@ def test_c_exclusive(gpucompat_cell, gpucompat_pool):
 ''')
     result = pytester.runpytest("--gpucompat", "-p", "no:randomly", "-p", "no:xdist")
     result.assert_outcomes(passed=3)
+
+
+class _Node:
+    """What xdist's scheduler asks of a worker: the indexes of the tests it is sent, in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.sent, self.shutting_down = name, [], False
+        self.gateway = type("Gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_exclusive_tests_are_dealt_out_after_every_shared_one(pytester: pytest.Pytester) -> None:
+    """The order of an H200 run: the transformers float32 configuration had its two exclusive memory tests in the
+    same work unit as its three shared ones, the largest unit, dealt out first: every other worker stalled behind
+    them and gave its engines back. Now they are units of their own, last."""
+    pytest.importorskip("xdist")
+    from pytest_gpucompat.xdist_support import EXCLUSIVE_SCOPE, engine_scope_scheduling
+
+    shared = [f"suites/test_smoke.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm-dtype=bf16",
+                                                                           "vllm-dtype=fp16") for t in ("a", "b")]
+    memory = [f"suites/test_memory.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm-dtype=bf16")
+              for t in ("cycles", "finished")]
+    collection = memory[:2] + shared + memory[2:]  # exclusive ones first, as a module order may have them
+    config = pytester.parseconfig("--tx=2*popen")
+    scheduler = engine_scope_scheduling()(config, None, lambda: frozenset(memory))
+    nodes = [_Node("gw0"), _Node("gw1")]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    assert all(scope.startswith(EXCLUSIVE_SCOPE) for scope in scheduler.workqueue)  # no shared unit waits
+    assert all(collection[node.sent[0]] in shared for node in nodes)  # every worker starts on shared work
+    assert set(shared) <= {collection[i] for node in nodes for i in node.sent}  # every shared test dealt out
+    for node in nodes:  # as the shared tests finish, the exclusive units follow
+        for index in list(node.sent):
+            scheduler.mark_test_complete(node, index)
+    order = [collection[i] for node in nodes for i in node.sent]
+    assert sorted(order) == sorted(collection)
+    for node in nodes:
+        names = [collection[i] for i in node.sent]
+        firsts = [n for n in names if n in memory]
+        assert names[len(names) - len(firsts):] == firsts, names  # on each worker, after its shared tests
+    # a test of one unit stays on one worker: the exclusive tests of one configuration together
+    by_node = {collection[i]: node.name for node in nodes for i in node.sent}
+    assert by_node[memory[0]] == by_node[memory[1]] and by_node[memory[2]] == by_node[memory[3]]
+
+
+def test_without_exclusive_notes_the_scheduler_is_the_engine_scope_one(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    from pytest_gpucompat.xdist_support import engine_scope_scheduling
+
+    config = pytester.parseconfig("--tx=2*popen")
+    scheduler = engine_scope_scheduling()(config, None, frozenset)
+    assert scheduler._split_scope("t.py::test_a[x]") == scheduler._split_scope("u.py::test_b[x]") == "[x]"
+
+
+FIRST_EXCLUSIVE = HELPERS + textwrap.dedent("""
+
+    @pytest.mark.gpucompat(engine="hf", params={"n": [0]}, exclusive=True)
+    def test_a_exclusive(gpucompat_cell, gpucompat_pool, request):
+        began = time.time()
+        time.sleep(0.2)
+        record(request, began)
+
+
+    @pytest.mark.gpucompat(engine="hf", params={"n": [0, 1, 2, 3]})
+    def test_b_shared(gpucompat_cell, gpucompat_pool, request):
+        engine(gpucompat_pool, 300, gpucompat_cell.params["n"])
+        began = time.time()
+        time.sleep(0.2)
+        record(request, began)
+""")
+
+
+def test_an_exclusive_test_collected_first_runs_after_the_shared_ones(shared_gpu: pytest.Pytester) -> None:
+    shared_gpu.makepyfile(test_first=FIRST_EXCLUSIVE)
+    result = shared_gpu.runpytest("--gpucompat", "-n", "2", "--gpucompat-workers-per-gpu", "2", "-p", "no:randomly")
+    result.assert_outcomes(passed=5)
+    rows = intervals(shared_gpu.path)
+    (alone,) = [r for r in rows if "test_a_exclusive" in r["test"]]
+    mine = [r for r in rows if r["worker"] == alone["worker"] and r is not alone]
+    assert mine and all(r["start"] < alone["start"] for r in mine), rows  # its worker's shared tests came first

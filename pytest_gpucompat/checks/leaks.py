@@ -57,6 +57,8 @@ class LeakVerdict:
     cycles: int = 0
     recent_slope: float | None = None
     """The slope over the latest cycles alone: a warm-up that lasts past the first cycle does not hide a leak."""
+    latest_only: bool = False
+    """Leaked over the latest cycles but not over all of them: a short window, evidence that more cycles confirm."""
 
     @property
     def threshold(self) -> float:
@@ -144,7 +146,7 @@ def leak_verdict(
     # that stopped is not growth per cycle; the message keeps the whole window's detail)
     headline = shown.slope if leaked else min(whole.slope, recent.slope)
     return LeakVerdict(metric, headline, leaked, message, total_growth_mib=shown.growth, cycles=len(ys),
-                       recent_slope=recent.slope)
+                       recent_slope=recent.slope, latest_only=leaked and not whole.steady)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,13 @@ class MemoryVerdict:
     @property
     def undecided(self) -> bool:
         return not self.leaked and any(v.undecided for v in self.judged)
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Every signal that fired did so over the latest cycles alone (a few deltas, after a jump): on an H200 the
+        same vLLM engine was judged leaking in one run and clean in another on such a window, so more cycles
+        confirm it or clear it before it is reported."""
+        return self.leaked and all(v.latest_only for v in self.fired)
 
     @property
     def worst(self) -> LeakVerdict | None:
@@ -206,8 +215,9 @@ def memory_verdict(samples: Sequence[Any], warmup: int = 1) -> MemoryVerdict:
 
 @dataclass(frozen=True)
 class CyclePolicy:
-    """How many create/destroy cycles: at least `min_cycles`; more while a signal is undecided, up to
-    `max_cycles`, and no new cycle once `budget_s` seconds have gone into cycles."""
+    """How many create/destroy cycles: at least `min_cycles`; more while a signal is undecided or a leak is seen
+    over the latest cycles alone, up to `max_cycles`, and no new cycle once `budget_s` seconds have gone into
+    cycles. When the bounds stop the cycles, the verdict is the one the cycles so far give."""
 
     min_cycles: int = 5
     max_cycles: int = 12
@@ -218,7 +228,8 @@ class CyclePolicy:
             return True
         if cycles_done >= self.max_cycles or elapsed_s >= self.budget_s:
             return False
-        return memory_verdict(samples, warmup).undecided
+        verdict = memory_verdict(samples, warmup)
+        return verdict.undecided or verdict.unconfirmed
 
     @classmethod
     def from_env(cls, environ: Any = None) -> CyclePolicy:

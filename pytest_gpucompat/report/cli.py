@@ -161,7 +161,7 @@ def cmd_explain(
         return _error("explain", str(exc))
     sys.stdout.write(json.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
                      else format_explanation(result))
-    return EXIT_UNEXPLAINED if result.unexplained else EXIT_OK
+    return EXIT_UNEXPLAINED if result.unexplained or result.stopped else EXIT_OK
 
 
 def cmd_golden(

@@ -235,12 +235,14 @@ class ReportCollector:
         cs = item.stash.get(cell_key, None) if item is not None and item.nodeid not in self.cells else None
         if item is not None and cs is not None:
             cell = self.cells[item.nodeid] = self._new_cell(item, cs.payload(self.state.fingerprint.name))
-            cell["reason"], cell["when"] = "interrupted in setup: the run was stopped before the cell ran", "setup"
+            from .model import STOPPED_IN_SETUP
+
+            cell["reason"], cell["when"] = STOPPED_IN_SETUP, "setup"
 
     # ------------------------------------------------------------------ writing
 
     def build(self, exitstatus: int | None = None, partial: bool = False) -> Any:
-        from .model import Report
+        from .model import STOPPED_REASON, WORKER_DIED_REASON, Report
 
         runner = self.state.fingerprint.name or "local"
         cells = []
@@ -249,7 +251,7 @@ class ReportCollector:
             data.pop("_explained", None)
             data["runner"] = runner
             if data["outcome"] == "error" and not data.get("reason"):
-                data["reason"] = "did not finish: the run was interrupted or its worker died"
+                data["reason"] = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
             extra_info = data.pop("info", {}) or {}
             gpu = data.pop("gpu", None)
             notes = data.pop("notes", None) or {}  # prompts, reference, golden: plain keys of the cell

@@ -3,7 +3,8 @@
 The cells are judged with the knowledge base as it is now (``kb.signatures.explaining_rules``), not with the
 ``explained_by`` recorded at run time, so an old report is explained by rules written since. Each cell is judged
 against its own runner's fingerprint, so merged fleet reports work as single runs do. Failures no rule explains are
-grouped by engine and signature, one proposed rule per group (``kb.propose``).
+grouped by engine and signature, one proposed rule per group (``kb.propose``). A cell that only says the run was
+stopped before it ended (a timeout, a signal) is listed apart: that is a fact about the run, and no rule is proposed.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ class Explanation:
     failed: int
     known: tuple[KnownIssue, ...]
     unexplained: tuple[Unexplained, ...]
+    stopped: tuple[CellRecord, ...] = ()
+    """Errored cells that did not finish because the run was stopped: neither explained nor unexplained."""
 
     @property
     def explained(self) -> int:
-        return self.failed - sum(len(u.cells) for u in self.unexplained)
+        return self.failed - len(self.stopped) - sum(len(u.cells) for u in self.unexplained)
 
 
 def runner_fingerprints(report: Report, source: str) -> dict[str, Fingerprint]:
@@ -70,7 +73,10 @@ def explain_report(report: Report, kb: KnowledgeBase, source: str,
     known: dict[str, tuple[Rule, list[tuple[CellRecord, tuple[str, ...]]]]] = {}
     rest: list[tuple[CellRecord, Failure]] = []
     cells = [c for c in report.cells if c.outcome in FAILED]
+    stopped = tuple(c for c in cells if c.stopped_by_run(report.interrupted))
     for cell in cells:
+        if cell in stopped:
+            continue
         failure = failure_of(cell, fingerprints[cell.runner])
         rules = explaining_rules(kb.rules, failure)
         if rules:
@@ -85,7 +91,7 @@ def explain_report(report: Report, kb: KnowledgeBase, source: str,
                                        proposal=propose_rule(group, source, taken, modes)))
     return Explanation(source=source, failed=len(cells),
                        known=tuple(KnownIssue(rule, tuple(found)) for rule, found in known.values()),
-                       unexplained=tuple(unexplained))
+                       unexplained=tuple(unexplained), stopped=stopped)
 
 
 def _cell_line(cell: CellRecord) -> str:
@@ -97,8 +103,10 @@ def format_explanation(result: Explanation) -> str:
     then the proposed rules as one rule file."""
     if not result.failed:
         return f"{result.source}: no failed or errored cell\n"
+    unexplained = sum(len(u.cells) for u in result.unexplained)
     lines = [f"{result.source}: {result.failed} failed or errored cell{'s' if result.failed != 1 else ''}: "
-             f"{result.explained} explained by known issues, {result.failed - result.explained} not explained"]
+             f"{result.explained} explained by known issues, {unexplained} not explained"
+             + (f", {len(result.stopped)} stopped with the run" if result.stopped else "")]
     for issue in result.known:
         rule = issue.rule
         lines += ["", f"matches known issue {rule.id} ({rule.severity}, {rule.confidence}): {rule.summary}"]
@@ -111,6 +119,12 @@ def format_explanation(result: Explanation) -> str:
         lines += ["", f"not explained: {group.error or 'no error text recorded'} ({n} cell{'s' if n != 1 else ''}; "
                       f"proposed rule {group.proposal['id']})"]
         lines += [_cell_line(cell) for cell in group.cells]
+    if result.stopped:
+        n = len(result.stopped)
+        lines += ["", f"not judged: the run was stopped before {'these cells' if n != 1 else 'this cell'} ended "
+                      f"(a timeout or a signal: a fact about the run, not the stack; run {'them' if n != 1 else 'it'} "
+                      "again)"]
+        lines += [_cell_line(cell) for cell in result.stopped]
     if result.unexplained:
         lines += ["", "proposed rules (a rule file: check the cause, narrow when:, add a workaround, then use it with "
                       "--kb FILE or put it under matrices/rules/):", ""]
@@ -129,7 +143,8 @@ def explanation_json(result: Explanation) -> dict[str, Any]:
         "report": result.source,
         "failed": result.failed,
         "explained": result.explained,
-        "unexplained": result.failed - result.explained,
+        "unexplained": sum(len(u.cells) for u in result.unexplained),
+        "stopped": [_cell_json(c) for c in result.stopped],
         "known_issues": [{"rule": explained_by_entry(issue.rule), "cells": [_cell_json(c, ids) for c, ids in
                                                                              issue.cells]}
                          for issue in result.known],

@@ -22,6 +22,13 @@ from .validate import OUTCOMES, SCHEMA_VERSION, SEVERITIES, InvalidField, check_
 #: Outcomes that mean "the runner ran this cell" (not-covered and skipped did not run it).
 RAN_OUTCOMES: frozenset[str] = frozenset({"passed", "failed", "xfailed", "xpassed", "error"})
 
+#: The reasons a run writes for a cell it never finished, because the run itself was stopped (a timeout, Ctrl-C,
+#: SIGTERM) or a worker died: a fact about the run, not about the stack under test.
+STOPPED_IN_SETUP = "interrupted in setup: the run was stopped before the cell ran"
+STOPPED_REASON = "did not finish: the run was stopped before the cell ended"
+WORKER_DIED_REASON = "did not finish: its worker died"
+_UNFINISHED_EITHER = "did not finish: the run was interrupted or its worker died"  # reports before the split
+
 
 _CELLS_MARK = "\x00gpucompat-cells\x00"  # stands for the cells while the rest is indented; no string has it
 
@@ -166,6 +173,14 @@ class CellRecord:
     def ran(self) -> bool:
         """Whether this runner actually executed the cell (as opposed to skipping it or not covering it)."""
         return self.outcome in RAN_OUTCOMES
+
+    def stopped_by_run(self, run_interrupted: bool) -> bool:
+        """An error that says only that the run was stopped before the cell ended (``run_interrupted``: the report
+        says the run was interrupted, which settles the older reports' undivided reason)."""
+        if self.outcome != "error":
+            return False
+        return self.reason in (STOPPED_IN_SETUP, STOPPED_REASON) or (
+            run_interrupted and self.reason == _UNFINISHED_EITHER)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
