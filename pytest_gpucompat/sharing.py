@@ -305,7 +305,8 @@ def note_exclusive(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
 
     ids = sorted(item.nodeid for item in items if exclusive(config, item))
     name = _EXCLUSIVE_FILE.format(worker=workerinput.get("workerid", os.getpid()))
-    write_text_atomic(os.path.join(directory, name), json.dumps(ids))
+    with contextlib.suppress(OSError):  # unwritten, the scheduler deals the exclusive tests out as any other
+        write_text_atomic(os.path.join(directory, name), json.dumps(ids))
 
 
 def exclusive_ids(config: pytest.Config) -> frozenset[str]:
