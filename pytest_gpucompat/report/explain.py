@@ -75,7 +75,7 @@ def explain_report(report: Report, kb: KnowledgeBase, source: str,
     cells = [c for c in report.cells if c.outcome in FAILED]
     stopped = tuple(c for c in cells if c.stopped_by_run(report.interrupted))
     for cell in cells:
-        if cell in stopped:
+        if cell.stopped_by_run(report.interrupted):
             continue
         failure = failure_of(cell, fingerprints[cell.runner])
         rules = explaining_rules(kb.rules, failure)
