@@ -104,7 +104,7 @@ class ReportCollector:
             cell["info"] = payload.get("info") or cell.get("info", {})
             cell["notes"] = payload.get("notes") or cell.get("notes", {})
             # each phase's payload has every finding so far: those flagged while the test ran come with the later ones
-            cell["rules"], cell["findings"] = payload.get("rules") or [], payload.get("findings") or []
+            cell["rules"], cell["findings"] = payload.get("rules") or (), payload.get("findings") or ()
         self._again(report, cell, payload)
 
     def _again(self, report: pytest.TestReport, cell: dict[str, Any], payload: dict[str, Any] | None = None) -> None:
@@ -175,8 +175,8 @@ class ReportCollector:
             "axes": payload.get("axes") or {},
             "outcome": "error",
             "reason": None,
-            "rules": payload.get("rules") or [],
-            "findings": payload.get("findings") or [],
+            "rules": payload.get("rules") or (),  # one shared empty tuple, not two lists per cell for the
+            "findings": payload.get("findings") or (),  # garbage collector to walk at every full collection
             "metrics": dict(payload.get("metrics") or {}),
             "series": dict(payload.get("series") or {}),
             "duration_s": 0.0,
