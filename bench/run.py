@@ -606,6 +606,26 @@ PACKING_SELECT = "(hf or vllm) and not openai"
 EXCLUSIVE_SUITE = "suites/test_memory.py"  # declares exclusive=True: its cells run alone either way
 
 
+COMPILE_CACHES = ("XDG_CACHE_HOME", "TRITON_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                  "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE",
+                  "TVM_FFI_CACHE_DIR")
+"""Where torch, Triton, the CUDA driver, vLLM and FlashInfer keep what they compile. Empty for each measured run:
+the run that goes first would otherwise compile kernels that the next one finds ready (on the H200 with vLLM 0.26.0
+and shared caches, the serial run's first engine start took 63 s, the packed run's first ones, after it, 14-17 s)."""
+
+
+def fresh_caches(root: Path) -> dict[str, str]:
+    """An environment whose compile caches are empty folders under ``root``; the built test models stay where they
+    are (they are the run's input, not compiled code), as does the Hugging Face cache."""
+    from pytest_gpucompat.paths import cache_dir
+
+    env = {name: str(root / name.lower()) for name in COMPILE_CACHES}
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    env["GPUCOMPAT_CACHE_DIR"] = str(cache_dir())
+    env["HF_HOME"] = os.environ.get("HF_HOME") or str(Path(xdg or Path.home() / ".cache") / "huggingface")
+    return env
+
+
 MEMORY_SHARES = """
 def pytest_gpucompat_cell_exclusive(config, item):
     return False if item.nodeid.startswith("suites/test_memory.py") else None
@@ -667,9 +687,10 @@ def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str,
 
 def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu: str = "auto",
                   select: str = PACKING_SELECT, keep_reports: str | None = None,
-                  memory_shared: bool = False) -> dict[str, Any]:
+                  memory_shared: bool = False, warm_caches: bool = False) -> dict[str, Any]:
     """The same cells serial, then packed onto shared GPUs (and, with ``memory_shared``, packed with the memory
-    suite sharing too), each as one pytest process (GPU only)."""
+    suite sharing too), each as one pytest process (GPU only), each from empty compile caches unless
+    ``warm_caches`` (then every run uses the machine's, and the first warms them for the others)."""
     ok, what = _gpu_present()
     if not ok:
         return {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None, "gpu_packing_speedup_reason": what}
@@ -683,19 +704,23 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
         variants.append(("packed_memory_shared", [*packed, "-p", "gpucompat_bench_memory_shares"]))
     with tempfile.TemporaryDirectory(prefix="gpucompat-bench-packing-") as tmp:
         (Path(tmp) / "gpucompat_bench_memory_shares.py").write_text(MEMORY_SHARES)
-        env = _child_env({"PYTHONPATH": os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)})
+        path = {"PYTHONPATH": os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)}
         runs: dict[str, dict[str, Any]] = {}
         for name, args in variants:
             report_path = Path(tmp) / f"{name}.json"
             argv = [sys.executable, "-m", "pytest", "--gpucompat", *PACKING_SUITES, "-k", select, "-p",
                     "no:cacheprovider", "-q", "--gpucompat-report", str(report_path), *args, *extra_args]
+            caches = {} if warm_caches else fresh_caches(Path(tmp) / f"caches-{name}")
+            env = _child_env({**path, **caches})
             runs[name] = {"argv": argv[1:], **_run_suites(argv, report_path, timeout, env)}
             if keep_reports and report_path.exists():
                 Path(keep_reports).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(report_path, Path(keep_reports) / report_path.name)
     reports = {k: v.pop("report") for k, v in runs.items()}
     out: dict[str, Any] = {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None,
-                           "packing": {"gpus": what, "select": select, **runs}}
+                           "packing": {"gpus": what, "select": select,
+                                       "compile_caches": "the machine's" if warm_caches else "empty for each run",
+                                       **runs}}
     serial = runs["serial"]
     if any(runs[k]["wall_s"] is None or reports[k] is None for k in ("serial", "packed")):
         out["gpu_packing_speedup_reason"] = serial.get("reason") or runs["packed"].get("reason")
@@ -893,6 +918,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--packing-reports", metavar="DIR", help="keep both packing runs' reports in DIR")
     parser.add_argument("--packing-memory-shared", action="store_true",
                         help="a third packing run in which the memory suite shares the GPU too (not exclusive)")
+    parser.add_argument("--packing-warm-caches", action="store_true",
+                        help="let the packing runs use the machine's compile caches (the first run warms them for "
+                             "the next); by default each starts from empty ones")
     args = parser.parse_args(argv)
     only = set(args.only or ("fingerprint", "kb", "overhead", "suites", "packing"))
     a, _, b = args.overhead_shape.partition("x")
@@ -910,7 +938,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
                                          args.suites_report)),
         ("packing", lambda: bench_packing(args.suites_timeout, shlex.split(args.packing_args), args.packing_workers,
-                                          args.packing_select, args.packing_reports, args.packing_memory_shared)),
+                                          args.packing_select, args.packing_reports, args.packing_memory_shared,
+                                          args.packing_warm_caches)),
     ]
     for name, step in steps:
         if name not in only:

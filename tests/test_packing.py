@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_gpucompat.engines import registry
@@ -175,7 +177,7 @@ def test_exclusive_is_a_declaration_of_the_mark_not_a_cell() -> None:
         cells_from_marker((), {"engine": "hf", "exclusive": "yes"}, "t")
 
 
-def test_the_benchmark_compares_cells_and_outcomes() -> None:
+def _bench() -> Any:
     import importlib.util
     from pathlib import Path
 
@@ -184,6 +186,31 @@ def test_the_benchmark_compares_cells_and_outcomes() -> None:
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_each_packing_run_compiles_from_empty_caches(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The first run must not warm the kernels of the next: every compile cache is a folder of that run's own,
+    while the built models (the runs' input) stay where both find them."""
+    from pytest_gpucompat.paths import cache_dir
+
+    monkeypatch.delenv("GPUCOMPAT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    bench = _bench()
+    models = cache_dir()
+    one, two = bench.fresh_caches(tmp_path / "one"), bench.fresh_caches(tmp_path / "two")
+    for name in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "CUDA_CACHE_PATH"):
+        assert one[name].startswith(str(tmp_path / "one")) and two[name].startswith(str(tmp_path / "two"))
+    assert one["GPUCOMPAT_CACHE_DIR"] == two["GPUCOMPAT_CACHE_DIR"] == str(models)
+    assert one["HF_HOME"] == str(tmp_path / "home-cache" / "huggingface")
+    for name, value in one.items():
+        monkeypatch.setenv(name, value)
+    assert cache_dir() == models  # a run under those variables finds the same models
+
+
+def test_the_benchmark_compares_cells_and_outcomes() -> None:
+    bench = _bench()
 
     def cell(nodeid: str, outcome: str, engine_s: float, duration: float = 1.0, **metrics: float) -> dict:
         return {"nodeid": nodeid, "outcome": outcome, "duration_s": duration,
