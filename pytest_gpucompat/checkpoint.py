@@ -192,6 +192,21 @@ def computation_config(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def model_shape(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts of a model that rules may test (`when.model_shape`, kb.schema.MODEL_SHAPE): its architecture, head
+    size and attention / KV head counts; those the config does not give are left out. Attention kernels are chosen
+    by exactly these, so a verdict seen on one shape is evidence for that shape."""
+    computed = computation_config(config)
+    arches = computed.get("architectures")
+    facts = {
+        "architecture": arches[0] if isinstance(arches, list) and arches and isinstance(arches[0], str) else None,
+        "head_size": computed.get("head_dim"),
+        "num_attention_heads": computed.get("num_attention_heads"),
+        "num_key_value_heads": computed.get("num_key_value_heads"),
+    }
+    return {k: v for k, v in facts.items() if v is not None and not isinstance(v, bool)}
+
+
 def read_config(model_dir: Path) -> dict[str, Any]:
     """config.json as a mapping; ValueError when it is missing or not a JSON mapping."""
     try:

@@ -111,6 +111,8 @@ def format_fingerprint(fp: Fingerprint) -> str:
     lines.append(f"interconnect:  {fp.interconnect or '-'}")
     pkgs = ", ".join(f"{k} {v}" for k, v in fp.packages.items()) or "-"
     lines.append(f"packages:      {pkgs}")
+    for engine, install in fp.installs.items():
+        lines.append(f"install:       {engine} {install.version or '?'}: {install.describe()}")
     lines.append(f"python:        {fp.python or '-'}   libc: {fp.libc or '-'}   container: {fp.container or '-'}")
     lines.append(f"os:            {fp.os or '-'}")
     if fp.cuda_visible_devices is not None:

@@ -1,4 +1,4 @@
-"""The machine's fingerprint: GPUs, driver, CUDA, links and engine versions.
+"""The machine's fingerprint: GPUs, driver, CUDA, links, engine versions and how completely each is installed.
 
 Read through NVML and package metadata only (no nvidia-smi or nvcc subprocess, no torch import),
 so it takes milliseconds. Anything that cannot be read becomes a reason in the fingerprint,
@@ -20,6 +20,7 @@ from .environment import engine_env, env_field
 from .errors import InputError
 from .inputs import bool_field, int_field, load_file, text_field
 from .installed import find
+from .installs import EngineInstall, engine_installs, installs_field
 from .versions import is_version, normalize_package
 
 SCHEMA = 1
@@ -82,6 +83,7 @@ class Fingerprint:
     links: tuple[Link, ...] = ()
     interconnect: str | None = None
     packages: Mapping[str, str] = field(default_factory=dict, hash=False)
+    installs: Mapping[str, EngineInstall] = field(default_factory=dict, hash=False)  # engine -> its requirements met
     os: str | None = None
     libc: str | None = None
     python: str | None = None
@@ -94,6 +96,7 @@ class Fingerprint:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = dict(self.packages)
+        data["installs"] = {name: install.to_dict() for name, install in self.installs.items()}
         data["env"] = dict(self.env)
         data["params"] = dict(self.params)
         return {"schema": SCHEMA, **data}
@@ -146,7 +149,7 @@ def collect(name: str | None = None) -> Fingerprint:
                 driver, cuda_driver, gpus, links = _collect_nvml(pynvml, visible, reasons)
             finally:
                 _quiet(pynvml.nvmlShutdown)
-    packages = installed_packages()
+    packages, installs = installed_packages(), engine_installs(reasons)  # installs.py: declared requirements met
     cuda_runtime = cuda_runtime_version(packages)
     if cuda_runtime is None and "torch" in packages:
         reasons.append(f"torch {packages['torch']} is a CPU build (no CUDA runtime)")
@@ -160,6 +163,7 @@ def collect(name: str | None = None) -> Fingerprint:
         links=links,
         interconnect=_interconnect(gpus, links),
         packages=packages,
+        installs=installs,
         os=platform.platform(),
         libc=f"{libc_name} {libc_version}".strip() or None,
         python=platform.python_version(),
@@ -449,6 +453,7 @@ def from_dict(data: Any, source: str = "<fingerprint>", prefix: str | None = Non
         links=links,
         interconnect=interconnect,
         packages=dict(sorted(norm_packages.items())),
+        installs=installs_field(data.get("installs"), source, _field(prefix, "installs")),
         env=env_field(data.get("env"), source, _field(prefix, "env")),
         params=dict(params),
         reasons=tuple(str(text_field(r, source, _field(prefix, f"reasons[{i}]"))) for i, r in enumerate(reasons)),

@@ -12,7 +12,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -241,6 +241,26 @@ def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
     pytest.fail(failure_text(what, exc), pytrace=False)
 
 
+def _note_deviations(cs: CellState | None, spec: EngineSpec) -> None:
+    """The cell's settings that differ from its engine's defaults (engines/deviations.py), in its record."""
+    if cs is None:
+        return
+    from .engines.deviations import deviations
+
+    cs.notes["deviations"] = [d.to_dict() for d in deviations(spec.engine, spec.params)]
+
+
+def _settle_deviations(cs: CellState, info: RunInfo) -> None:
+    """With the engine started: its own defaults beside each deviation, and settings equal to them dropped."""
+    defaults = info.extra.get("engine_defaults") if isinstance(info.extra, Mapping) else None
+    if not isinstance(defaults, Mapping) or not defaults or "deviations" not in cs.notes:
+        return
+    from .engines.deviations import Deviation, settle
+
+    found = tuple(Deviation(d["name"], d["value"], d["by"], d.get("why")) for d in cs.notes["deviations"])
+    cs.notes["deviations"] = plain([d.to_dict() for d in settle(found, defaults)])
+
+
 def start_engine(
     request: pytest.FixtureRequest, pool: EnginePool, spec: EngineSpec, record: bool = True,
     cache: dict[Any, Any] | None = None,
@@ -252,6 +272,8 @@ def start_engine(
     """
     cs = _cell_state(request)
     part = None if record else "reference_s"
+    if record:
+        _note_deviations(cs, spec)  # before the start: a cell that fails to start still says what it ran with
     t0 = time.perf_counter()
     try:
         engine, info = pool.get(spec)  # where it runs: the spec's `isolated` param, else its descriptor
@@ -266,6 +288,7 @@ def start_engine(
         _fail_cell(cs, spec.engine, failure)
     _add_engine_time(cs, time.perf_counter() - t0, part)  # near 0 when the pool already had it started
     if cs is not None and record:
+        _settle_deviations(cs, info)
         cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
@@ -293,6 +316,7 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
             missing = missing_module(spec.engine, spec.params)
             if missing is not None:
                 pytest.skip(f"unavailable: {missing}")
+            _note_deviations(cs, spec)
         name = getattr(fn, "__name__", "call")
         calls[0] += 1
         log_path = None

@@ -4,7 +4,8 @@ One JSON file per model and prompt set (``<model>__<prompt set>.json``), small a
 committed: keys sorted, logprobs rounded to LOGPROB_DECIMALS, one generated position per line, a ``format``
 version. It names the model by content (checkpoint.ModelIdentity: weights, computation config, tokenizer) and
 the prompts by the digest of their ids, and holds the reference's generations (with the reference's kind, e.g.
-``float32-cpu``) and each recorded cell's, each with the engine version and the recording runner's fingerprint.
+``float32-cpu``) and each recorded cell's, each with the engine version, the attention backend and KV-cache dtype
+that ran (optional: files recorded before they were kept lack them) and the recording runner's fingerprint.
 
 A golden file is only ever compared on the model and the prompt ids it was recorded for: ``match_golden`` refuses
 another model, tokenizer, prompt set or generation length with a one-line reason. Files are read through the
@@ -56,6 +57,10 @@ class Recorded:
     """The recording runner's fingerprint summary: `NVIDIA H200, driver 580.159.04, ..., vllm 0.26.0`."""
     kind: str | None = None
     """The reference's kind (reference.KINDS: `float32-cpu`, ...); None for a cell."""
+    attention_backend: str | None = None
+    """The attention backend the engine said it ran (RunInfo.attention_backend: `FLASH_ATTN`, `sdpa`, ...)."""
+    kv_cache_dtype: str | None = None
+    """The KV-cache dtype the engine said it ran (RunInfo.kv_cache_dtype)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +117,9 @@ def _recorded_dict(rec: Recorded) -> dict[str, Any]:
     out = {"engine": rec.engine, "params": dict(rec.params), "dtype": rec.dtype, "device": rec.device,
            "version": rec.version, "runner": rec.runner, "fingerprint": rec.fingerprint,
            "generations": [generation_dict(g) for g in rec.generations]}
-    if rec.kind is not None:
-        out["kind"] = rec.kind
+    for key in ("kind", "attention_backend", "kv_cache_dtype"):  # written only when known: older files stay as made
+        if getattr(rec, key) is not None:
+            out[key] = getattr(rec, key)
     return out
 
 
@@ -262,7 +268,8 @@ class _Reader:
         params = data.get("params") or {}
         self.mapping(params, f"{where}.params")
         optional = {k: self.text(data, k, f"{where}.", optional=True)
-                    for k in ("dtype", "device", "version", "runner", "fingerprint", "kind")}
+                    for k in ("dtype", "device", "version", "runner", "fingerprint", "kind", "attention_backend",
+                              "kv_cache_dtype")}
         return Recorded(engine=str(self.text(data, "engine", f"{where}.")), params=dict(params),
                         generations=tuple(self.generation(g, f"{where}.generations[{i}]") for i, g in enumerate(gens)),
                         **optional)

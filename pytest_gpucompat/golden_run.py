@@ -103,9 +103,11 @@ class CellGolden:
         return self.run is not None and self.run.record_dir is not None
 
     def check(self, candidate: Sequence[Generation], dtype_key: str, max_tokens: int, top_n: int,
-              table: Mapping[str, Mapping[str, Any]] | None = None) -> GoldenVerdict | None:
+              table: Mapping[str, Mapping[str, Any]] | None = None,
+              info: RunInfo | None = None) -> GoldenVerdict | None:
         """The cell against the matching golden file: figures recorded, the outcome noted. None when not checking;
-        a refused file is a verdict that did not pass (compared False), a missing one one that did."""
+        a refused file is a verdict that did not pass (compared False), a missing one one that did. ``info``: what
+        ran the cell; a recording made on another attention backend or KV-cache dtype is then noted with both."""
         if self.run is None or not self.checking:
             return None
         found = self.run.match(self.model, self.prompts, max_tokens, top_n)
@@ -114,14 +116,17 @@ class CellGolden:
             if found.status == "refused":
                 return GoldenVerdict(False, False, f"golden refused: {found.reason}")
             return GoldenVerdict(False, True, found.reason)
-        verdict = judge(found.golden, self.cell.id, candidate, dtype_key, table)
+        verdict = judge(found.golden, self.cell.id, candidate, dtype_key, table,
+                        engine=info.engine if info is not None else self.cell.engine,
+                        attention_backend=info.attention_backend if info is not None else None,
+                        kv_cache_dtype=info.kv_cache_dtype if info is not None else None)
         for name, value in verdict.metrics.items():
             self.record_metric(name, value)
         status = "passed" if verdict.passed and verdict.compared else "failed" if verdict.compared else "not compared"
         reference = found.golden.reference
         self.note("golden", {"status": status, "file": Path(found.golden.source).name, "message": verdict.message,
                              "reference": None if reference is None else reference.kind,
-                             "recorded_by": None if reference is None else reference.runner})
+                             "recorded_by": None if reference is None else reference.runner, **verdict.backends})
         return verdict
 
     def keep(self, candidate: Sequence[Generation], max_tokens: int, top_n: int) -> None:
@@ -140,13 +145,15 @@ class CellGolden:
         run = self.run
         cell = Recorded(engine=self.cell.engine, params=_plain(self.cell.params), dtype=info.dtype,
                         device=info.device, version=info.version, runner=run.runner, fingerprint=run.fingerprint,
-                        generations=run.with_text(self.model, candidate))
+                        generations=run.with_text(self.model, candidate), attention_backend=info.attention_backend,
+                        kv_cache_dtype=info.kv_cache_dtype)
         ref = None
         if reference is not None and reference_info is not None:
             ref = Recorded(engine=reference_info.engine, params={}, dtype=reference_info.dtype,
                            device=reference_info.device, version=reference_info.version, runner=run.runner,
                            fingerprint=run.fingerprint, generations=run.with_text(self.model, reference),
-                           kind=reference_kind)
+                           kind=reference_kind, attention_backend=reference_info.attention_backend,
+                           kv_cache_dtype=reference_info.kv_cache_dtype)
         golden = GoldenFile(model=run.identity(self.model), prompts_name=self.prompts.name,
                             prompts_digest=self.prompts.digest, max_tokens=max_tokens, top_n=top_n, reference=ref,
                             cells={self.cell.id: cell}, prompts=tuple(self.prompts.to_dict()["prompts"]))

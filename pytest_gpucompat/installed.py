@@ -5,7 +5,9 @@
 wheel has a ``<name>-<version>.dist-info`` directory whose METADATA holds ``Version:`` among its first lines; an
 .egg-info (a directory or a file) holds the same in PKG-INFO. As with importlib.metadata, the first sys.path entry
 that has the distribution wins. Anything this reading cannot settle (a zip file on sys.path, metadata without a
-version) is asked of importlib.metadata, so the answer never differs from it.
+version) is asked of importlib.metadata, so the answer never differs from it. `requirements` reads the
+``Requires-Dist`` headers of the same METADATA (the fingerprint's `installs` checks an engine's against what is
+installed).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _SEPARATORS = re.compile(r"[-_.]+")
@@ -26,6 +28,8 @@ class Installed:
     version: str
     location: Path
     """The directory the distribution is installed into: its files' paths are relative to it."""
+    metadata: str | None = field(default=None, compare=False)
+    """The metadata directory (or .egg-info file) this was read from; None when importlib.metadata found it."""
 
 
 def normalize(name: str) -> str:
@@ -79,7 +83,7 @@ def find(names: Iterable[str]) -> dict[str, Installed]:
             if version is None:
                 slow.add(key)
                 continue
-            found[key] = Installed(version, Path(where))
+            found[key] = Installed(version, Path(where), os.path.join(where, item))
     if slow - found.keys():
         found.update(_from_importlib(asked[key] for key in slow - found.keys()))
     return {asked[key]: value for key, value in found.items() if key in asked}
@@ -101,10 +105,49 @@ def _from_importlib(names: Iterable[str]) -> dict[str, Installed]:
     return out
 
 
+def requirements(name: str, found: Installed) -> list[str]:
+    """The ``Requires-Dist`` values of a distribution `find` found, as its metadata writes them (markers included).
+
+    A wheel's METADATA is read directly; anything else (an .egg-info keeps them in requires.txt, a zip) is asked of
+    importlib.metadata. Metadata that cannot be read raises OSError.
+    """
+    path = found.metadata
+    if path is not None and path.endswith(".dist-info"):
+        return _headers(os.path.join(path, "METADATA"), "Requires-Dist")
+    from importlib import metadata
+
+    try:
+        return list(metadata.distribution(name).requires or ())
+    except Exception as exc:  # not there any more, or metadata importlib cannot parse
+        raise OSError(f"cannot read the metadata of {name}: {exc}") from None
+
+
+def _headers(path: str, header: str) -> list[str]:
+    """Every value of one header of a metadata file (continuation lines joined), up to the blank line that ends
+    the headers."""
+    prefix = header.lower() + ":"
+    values: list[str] = []
+    current: list[str] | None = None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                break
+            if line[0] in " \t":  # a folded header goes on
+                if current is not None:
+                    current.append(line.strip())
+                continue
+            if current is not None:
+                values.append(" ".join(current))
+            current = [line[len(prefix):].strip()] if line.lower().startswith(prefix) else None
+    if current is not None:
+        values.append(" ".join(current))
+    return [value for value in values if value]
+
+
 def version(name: str) -> str | None:
     """The installed version of one distribution, or None."""
     found = find([name]).get(name)
     return found.version if found is not None else None
 
 
-__all__ = ["Installed", "find", "normalize", "version"]
+__all__ = ["Installed", "find", "normalize", "requirements", "version"]

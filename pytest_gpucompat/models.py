@@ -18,8 +18,9 @@ from typing import Any
 
 from .paths import cache_dir as _default_cache_root
 
-FORMAT_VERSION = 2
-"""Bumped whenever the on-disk layout changes, so old cache entries are not reused."""
+FORMAT_VERSION = 3
+"""Bumped whenever the on-disk layout or the built models change, so old cache entries are not reused (3: the tiny
+models got head size 128, their architectures' rope and norm settings, and `qwen2-1m` head size 64)."""
 
 TINY_PREFIX = "tiny-"
 """`--gpucompat-model tiny-qwen2` names a built tiny model rather than a directory."""
@@ -29,8 +30,10 @@ BUILD_MARKER = "gpucompat-model.json"
 SIZES: dict[str, dict[str, Any]] = {
     # `--gpucompat-model qwen2-300m`: a model of about that many parameters with a trained byte-level BPE tokenizer
     # and a chat template (pytest_gpucompat.bpe), weights stored in bfloat16 like a served checkpoint's.
-    "1m": {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "max_position_embeddings": 2048},
+    # Head size 64 like the 300m one (hidden 256 / 4 heads), 2 KV heads; the 300m size is left as first built, so
+    # the golden files recorded for it stay valid.
+    "1m": {"hidden_size": 256, "head_dim": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048},
     "300m": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 26, "num_attention_heads": 16,
              "num_key_value_heads": 4, "max_position_embeddings": 4096},
 }
@@ -50,22 +53,28 @@ _SENTENCES = (
     "precision drift shows first in the log probabilities",
 )
 
-_BASE_CONFIG: dict[str, Any] = {
+_COMMON_CONFIG: dict[str, Any] = {
     "vocab_size": 512,
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
     "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
     "initializer_range": 0.02,
     "tie_word_embeddings": False,
     "bos_token_id": BOS_ID,
     "eos_token_id": EOS_ID,
     "pad_token_id": PAD_ID,
     "use_cache": True,
+}
+
+_BASE_CONFIG: dict[str, Any] = {
+    **_COMMON_CONFIG,
+    # The head size of served models (attention kernels such as FlashAttention 3 and FlashInfer are chosen by it),
+    # given explicitly and as hidden_size / num_attention_heads, for readers that derive it; grouped-query attention
+    # 2:1; two layers and an MLP no wider than the hidden size keep it fast on a CPU (3.7 M parameters).
+    "hidden_size": 4 * 128,
+    "head_dim": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
 }
 
 _ARCHES: dict[str, tuple[str, str]] = {
@@ -75,6 +84,25 @@ _ARCHES: dict[str, tuple[str, str]] = {
     "mistral": ("MistralConfig", "MistralForCausalLM"),
 }
 
+_ARCH_CONFIG: dict[str, dict[str, Any]] = {
+    # The settings of each architecture's released checkpoints (their config.json; transformers' config classes
+    # default to rope_theta 10000, rms_norm_eps 1e-6 and, for Mistral, the v0.1 sliding window of 4096):
+    # Qwen2 / Qwen2.5 (Qwen2.5-7B-Instruct): rope_theta 1e6, rms_norm_eps 1e-6, no sliding window in use;
+    "qwen2": {"rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "use_sliding_window": False},
+    # Llama 3 (Meta-Llama-3-8B): rope_theta 500000, rms_norm_eps 1e-5, no rope scaling (3.1 added it);
+    "llama": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5},
+    # Mistral 7B v0.2 / v0.3: rope_theta 1e6, rms_norm_eps 1e-5, sliding window removed (null).
+    "mistral": {"rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "sliding_window": None},
+}
+
+TINY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # `--gpucompat-model tiny-NAME` -> (architecture, config overrides): the other head size kernels specialize on
+    "qwen2-h64": ("qwen2", {"hidden_size": 4 * 64, "head_dim": 64, "intermediate_size": 256}),
+}
+
+_SIZED_CONFIG: dict[str, Any] = {**_COMMON_CONFIG, "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
+"""The base of the sized models (SIZES overrides the shape): rope and norm settings as they were first built."""
+
 DEFAULT_SEED = 1234
 INIT: dict[str, float] = {"embed_std": 1.0, "linear_gain": 0.5, "head_gain": 4.0}
 """Random-weight scales. Embeddings N(0, 1); hidden linears N(0, (0.5 / sqrt(fan_in))^2), so each block adds a
@@ -83,12 +111,35 @@ peaked (top-1 logprob about -1) rather than flat: with flat distributions every 
 precision checks measure noise. Calibrated on CPU, see matrices/thresholds.yaml."""
 
 
+def tiny_names() -> list[str]:
+    """What `--gpucompat-model tiny-NAME` builds: one per architecture, then the variants."""
+    return [*_ARCHES, *TINY_VARIANTS]
+
+
+def _tiny_arch(name: str) -> tuple[str, dict[str, Any]]:
+    """(architecture, config overrides) of a tiny model's name: an architecture, or a variant of TINY_VARIANTS."""
+    if name in TINY_VARIANTS:
+        arch, overrides = TINY_VARIANTS[name]
+        return arch, dict(overrides)
+    if name not in _ARCHES:
+        raise ValueError(f"unknown tiny model architecture {name!r}; known: {', '.join(tiny_names())}")
+    return name, {}
+
+
 def tiny_config(arch: str = "qwen2", **overrides: Any) -> dict[str, Any]:
-    """The plain config dict of a tiny model (what the cache key is computed from)."""
+    """The plain config dict of a tiny model (what the cache key is computed from); ``arch`` may name a variant."""
+    arch, variant = _tiny_arch(arch)
+    config = {**_BASE_CONFIG, **_ARCH_CONFIG[arch], **variant, **overrides}
+    return _checked(config)
+
+
+def _sized_config(arch: str, **overrides: Any) -> dict[str, Any]:
     if arch not in _ARCHES:
         raise ValueError(f"unknown tiny model architecture {arch!r}; known: {', '.join(_ARCHES)}")
-    config = dict(_BASE_CONFIG)
-    config.update(overrides)
+    return _checked({**_SIZED_CONFIG, **overrides})
+
+
+def _checked(config: dict[str, Any]) -> dict[str, Any]:
     if config["vocab_size"] < FIRST_REGULAR_ID + len(_words()):
         raise ValueError(f"vocab_size {config['vocab_size']} is too small for the tiny tokenizer")
     return config
@@ -137,15 +188,18 @@ def build_tiny_model(
     seed: int = DEFAULT_SEED,
     **config_overrides: Any,
 ) -> Path:
-    """Directory of a tiny `arch` model (float32 safetensors + tokenizer), built once and cached on disk."""
-    config = tiny_config(arch, **config_overrides)
+    """Directory of a tiny `arch` model (float32 safetensors + tokenizer), built once and cached on disk; `arch` is
+    an architecture (`qwen2`) or a variant (`qwen2-h64`, TINY_VARIANTS)."""
+    name = arch
+    arch = _tiny_arch(name)[0]
+    config = tiny_config(name, **config_overrides)
 
     def write(target: Path) -> None:
         _write_model(target, arch, config, seed)
         _write_tokenizer(target, config)
-        _write_marker(target, f"{TINY_PREFIX}{arch}", "token-ids")
+        _write_marker(target, f"{TINY_PREFIX}{name}", "token-ids")
 
-    return _build_once(_cache_root(cache_dir) / f"{arch}-{_cache_key(arch, config, seed)}", write)
+    return _build_once(_cache_root(cache_dir) / f"{name}-{_cache_key(arch, config, seed)}", write)
 
 
 def build_sized_model(arch: str, size: str, cache_dir: Path | None = None, *, seed: int = DEFAULT_SEED) -> Path:
@@ -156,13 +210,13 @@ def build_sized_model(arch: str, size: str, cache_dir: Path | None = None, *, se
 
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
-    tiny_config(arch)  # the architecture check and its message
-    key = _cache_key(arch, {**SIZES[size], "tokenizer": bpe.corpus_digest(), "dtype": "bfloat16"}, seed)
+    base = _sized_config(arch, **SIZES[size])  # the architecture check and its message
+    key = _cache_key(arch, {**base, "tokenizer": bpe.corpus_digest(), "dtype": "bfloat16"}, seed)
 
     def write(target: Path) -> None:
         built = bpe.write_tokenizer(target, SIZES[size]["max_position_embeddings"])
-        config = tiny_config(arch, **SIZES[size], vocab_size=built.vocab_size, bos_token_id=built.bos_id,
-                             eos_token_id=built.eos_id, pad_token_id=built.pad_id)
+        config = _sized_config(arch, **SIZES[size], vocab_size=built.vocab_size, bos_token_id=built.bos_id,
+                               eos_token_id=built.eos_id, pad_token_id=built.pad_id)
         _write_model(target, arch, config, seed, dtype="bfloat16")
         _write_marker(target, f"{arch}-{size}", "text")
 
@@ -391,11 +445,11 @@ def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[
             resolved.append(build_sized_model(arch, size, cache_dir))
             continue
         if raw.startswith(TINY_PREFIX) and not Path(raw).exists():
-            arch = raw[len(TINY_PREFIX):]
-            if arch not in _ARCHES:
+            name = raw[len(TINY_PREFIX):]
+            if name not in tiny_names():
                 raise ValueError(f"--gpucompat-model {raw}: unknown tiny architecture (known: "
-                                 f"{', '.join(TINY_PREFIX + a for a in _ARCHES)})")
-            resolved.append(build_tiny_model(arch, cache_dir))
+                                 f"{', '.join(TINY_PREFIX + a for a in tiny_names())})")
+            resolved.append(build_tiny_model(name, cache_dir))
             continue
         path = Path(raw).expanduser()
         if not path.is_dir():
@@ -406,3 +460,26 @@ def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[
             raise ValueError(f"--gpucompat-model {raw}: no config.json in that directory")
         resolved.append(path.resolve())
     return resolved
+
+
+def planned_shape(model: str) -> dict[str, Any]:
+    """The shape facts (checkpoint.model_shape: architecture, head size, head counts) of a checkpoint directory,
+    or of the model a `--gpucompat-model` name would build (`tiny-qwen2`, `qwen2-300m`), without building it: the
+    knowledge base judges `when.model_shape` at collection, before any model exists. {} when neither."""
+    from .checkpoint import model_shape, read_config
+
+    path = Path(model)
+    if path.is_dir():
+        try:
+            return model_shape(read_config(path))
+        except ValueError:
+            return {}
+    arch, _, size = model.rpartition("-")
+    if arch in _ARCHES and size in SIZES:
+        config = _sized_config(arch, **SIZES[size])
+    elif model.startswith(TINY_PREFIX) and model[len(TINY_PREFIX):] in tiny_names():
+        arch = _tiny_arch(model[len(TINY_PREFIX):])[0]
+        config = tiny_config(model[len(TINY_PREFIX):])
+    else:
+        return {}
+    return model_shape({**config, "architectures": [_ARCHES[arch][1]]})

@@ -86,7 +86,7 @@ def _server_need(params: Mapping[str, Any], total_mib: float, weights_mib: float
         return Need(None, f"openai: unknown server {name!r}")
     if server is None or server.server is None or server.gpu_memory is None:
         return Need(None, f"openai: the GPU memory of server {name!r} is unknown")
-    settings = {**server.server.defaults, **params}
+    settings = {**{k: d.value for k, d in server.server.defaults.items()}, **params}
     need = fraction_need(server.name, server.gpu_memory, settings, total_mib, weights_mib)
     return Need(need.mib, f"openai server {need.why}")
 

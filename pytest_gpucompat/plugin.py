@@ -124,7 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = run_state(config)
     if state is None:
         return
-    weights: dict[tuple[str, Any], float | None] = {}
+    weights: dict[tuple[str, Any], dict[str, Any]] = {}
     for item in items:
         callspec = getattr(item, "callspec", None)
         cell = callspec.params.get("gpucompat_cell") if callspec else None
@@ -141,18 +141,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     sharing.note_exclusive(config, items)  # a worker sharing its GPU: which tests the scheduler deals out last
 
 
-def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], float | None]) -> dict[str, float] | None:
-    """What the knowledge base may need to know of a local checkpoint before anything starts: its weights in MiB
-    for the cell's dtype (``needs: {gpu_memory_mib: ...}`` rules). Built tiny models are not measured."""
-    if not isinstance(model, str) or not os.path.isdir(model):
+def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], dict[str, Any]]) -> dict[str, Any] | None:
+    """What the knowledge base may need to know of the cell's model before anything starts: its shape (head size,
+    KV heads, architecture: `when.model_shape` rules), read from config.json or, for a model the run will build,
+    from the config it will be built with; and for a local checkpoint its weights in MiB for the cell's dtype
+    (``needs: {gpu_memory_mib: ...}`` rules)."""
+    if not isinstance(model, str):
         return None
     key = (model, cell.params.get("dtype"))
     if key not in cache:
-        from .models import weights_mib
+        from .models import planned_shape, weights_mib
 
-        cache[key] = weights_mib(model, key[1])
-    mib = cache[key]
-    return None if mib is None else {WEIGHTS_PARAM: mib}
+        facts: dict[str, Any] = dict(planned_shape(model))
+        if os.path.isdir(model):
+            mib = weights_mib(model, key[1])
+            if mib is not None:
+                facts[WEIGHTS_PARAM] = mib
+        cache[key] = facts
+    return cache[key] or None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -60,7 +60,8 @@ def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpuc
     _check_what_ran(gpucompat_cell, gpucompat_engine.info, gpucompat_flag, gpucompat_record)
     gpucompat_golden.keep(candidate, MAX_TOKENS, TOP_N)  # what the model said, for runner-to-runner comparisons
     problems = []
-    golden = gpucompat_golden.check(candidate, key, MAX_TOKENS, TOP_N)  # None without --gpucompat-golden
+    # None without --gpucompat-golden; a recording made on another backend or KV dtype is noted with both
+    golden = gpucompat_golden.check(candidate, key, MAX_TOKENS, TOP_N, info=gpucompat_engine.info)
     if golden is not None and not golden.passed:
         problems.append(golden.message)
 
@@ -88,7 +89,8 @@ def test_logprobs_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpuc
 @pytest.mark.gpucompat(matrix="embedding")
 def test_embeddings_close_to_fp32_reference(gpucompat_cell, gpucompat_engine, gpucompat_reference_choice,
                                             gpucompat_pool, gpucompat_model, gpucompat_record, request):
-    dtype = str(gpucompat_cell.params.get("dtype", "auto"))
+    # the dtype asked for, else (an engine as shipped picks its own) the one the engine says it ran
+    dtype = str(gpucompat_cell.params.get("dtype") or gpucompat_engine.info.dtype or "auto")
     prompts = fixed_prompts(4, PROMPT_LEN, model_vocab_size(gpucompat_model), seed=4)
     try:
         candidate = gpucompat_engine.engine.embed(prompts)

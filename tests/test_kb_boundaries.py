@@ -192,5 +192,11 @@ def test_sglang_engine_kept_alive_by_atexit_per_release(capsys, tmp_path, sglang
     (A100, "0.26.0", False),  # Hopper only
 ])
 def test_vllm_fp8_e5m2_kv_cache_on_hopper_per_release(capsys, tmp_path, gpu, vllm, fires):
-    found = broken(capsys, tmp_path, env(gpu=gpu, vllm=vllm, params="{engine: vllm, kv_cache_dtype: fp8_e5m2}"))
-    assert ("vllm-0.26-fp8-e5m2-kv-fails-at-start-on-hopper" in found) is fires
+    """On an install without FlashInfer, which a fingerprint with `installs` states by not listing it."""
+    text = env(gpu=gpu, vllm=vllm, params="{engine: vllm, kv_cache_dtype: fp8_e5m2}")
+    without = text + 'installs: {vllm: {complete: false, missing: ["flashinfer-python (not installed)"]}}\n'
+    assert ("vllm-0.26-fp8-e5m2-kv-fails-at-start-on-hopper" in broken(capsys, tmp_path, without)) is fires
+    # the same fingerprint with FlashInfer listed, or with nothing said of the install: not this rule
+    with_fi = without.replace(f'vllm: "{vllm}"', f'vllm: "{vllm}", flashinfer-python: "0.6.14"')
+    assert "vllm-0.26-fp8-e5m2-kv-fails-at-start-on-hopper" not in broken(capsys, tmp_path, with_fi)
+    assert "vllm-0.26-fp8-e5m2-kv-fails-at-start-on-hopper" not in broken(capsys, tmp_path, text)

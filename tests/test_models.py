@@ -43,11 +43,11 @@ def test_tiny_qwen2_layout_and_config(qwen2: Path, cache: Path) -> None:
     config = json.loads((qwen2 / "config.json").read_text())
     assert config["architectures"] == ["Qwen2ForCausalLM"]
     assert config["model_type"] == "qwen2"
-    assert (config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]) == (512, 128, 2)
-    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (4, 2)
+    assert (config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]) == (512, 512, 2)
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (4, 2, 128)
     assert config["max_position_embeddings"] == 512
     assert config["torch_dtype"] == "float32" and config["dtype"] == "float32"
-    assert config["rope_theta"] == 10000.0
+    assert config["rope_theta"] == 1000000.0 and config["rms_norm_eps"] == 1e-6
     assert model_vocab_size(qwen2) == 512
     # nothing half-written is left next to it
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]
@@ -82,9 +82,9 @@ def test_cached_build_is_reused_and_overrides_change_the_key(qwen2: Path, cache:
     stamp = (qwen2 / "model.safetensors").stat().st_mtime_ns
     assert build_tiny_model("qwen2", cache) == qwen2
     assert (qwen2 / "model.safetensors").stat().st_mtime_ns == stamp
-    wider = build_tiny_model("qwen2", cache, hidden_size=64, intermediate_size=128)
-    assert wider != qwen2
-    assert json.loads((wider / "config.json").read_text())["hidden_size"] == 64
+    narrower = build_tiny_model("qwen2", cache, hidden_size=256, head_dim=64, intermediate_size=128)
+    assert narrower != qwen2
+    assert json.loads((narrower / "config.json").read_text())["hidden_size"] == 256
 
 
 def test_llama_architecture(cache: Path) -> None:
@@ -92,6 +92,7 @@ def test_llama_architecture(cache: Path) -> None:
     config = json.loads((path / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["num_key_value_heads"] == 2
+    assert config["rope_theta"] == 500000.0 and config["rms_norm_eps"] == 1e-5
 
 
 def test_unknown_architecture_is_a_one_line_error(cache: Path) -> None:

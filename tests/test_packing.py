@@ -30,13 +30,17 @@ def test_vllm_needs_its_utilization_of_the_whole_gpu() -> None:
 
 
 def test_defaults_are_the_adapters_own() -> None:
-    """The descriptor's default fraction is what the adapter starts the engine with."""
-    from pytest_gpucompat.engines import sglang, trtllm, vllm
+    """The descriptor's default fraction is what the adapter starts the engine with: its declared harness default."""
+    from pytest_gpucompat.engines.deviations import harness_settings
+    from pytest_gpucompat.engines.trtllm import llm_kwargs
 
     memory = {d.name: d.gpu_memory for d in registry.descriptors()}
-    assert memory["vllm"].default == vllm.LLM_DEFAULTS["gpu_memory_utilization"]
-    assert memory["sglang"].default == sglang.ENGINE_DEFAULTS["mem_fraction_static"]
-    assert memory["tensorrt-llm"].default == trtllm.DEFAULT_FREE_GPU_MEMORY_FRACTION
+    assert memory["vllm"].default == harness_settings("vllm", {})["gpu_memory_utilization"]
+    assert memory["sglang"].default == harness_settings("sglang", {})["mem_fraction_static"]
+    assert memory["tensorrt-llm"].default == llm_kwargs("m", {})[1]["free_gpu_memory_fraction"]
+    for d in registry.descriptors():  # every memory setting the ledger reads has the harness's declared default
+        if d.gpu_memory is not None and d.gpu_memory.params:
+            assert d.harness_defaults[d.gpu_memory.params[0]].value == d.gpu_memory.default, d.name
     assert engine_need("vllm", {}, 1000.0, None).mib == pytest.approx(0.2 * 1000 + 512)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_gpucompat.errors import InputError
 from pytest_gpucompat.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.installs import EngineInstall
 from pytest_gpucompat.kb import load_kb, load_rule_file, matching_rules, parse_rule
 from pytest_gpucompat.versions import matches, parse_specifier, parse_version
 
@@ -144,6 +145,13 @@ def test_model_globs():
         ({"engine": "ollama"}, "engine", "not one of"),
         ({"sources": []}, "sources", "required"),
         ({"claims": ["claim6"]}, "claims", "not a claim id"),
+        ({"when": {"packages": {"flashinfer": "missing"}}}, "when.packages.flashinfer", "absent / present"),
+        ({"when": {"install": "partial"}}, "when.install", "not one of"),
+        ({"engine": None, "when": {"install": "incomplete"}}, "when.install", "needs the rule's engine"),
+        ({"when": {"model_shape": {"head_dim": [128]}}}, "when.model_shape.head_dim", "unknown fact of a model"),
+        ({"when": {"model_shape": [128]}}, "when.model_shape", "must map"),
+        ({"when": {"model_shape": {"head_size": {"a": 1}}}}, "when.model_shape.head_size", "must be a value"),
+        ({"when": {"params": {"head_size": [128]}}}, "when.params.head_size", "model_shape"),
     ],
 )
 def test_bad_rules_name_file_rule_and_field(raw, field, message):
@@ -310,6 +318,10 @@ def test_every_condition_field_is_judged_by_one_per_condition_function():
     {"params": {"tensor_parallel_size": ">=2"}}, {"model": ["*qwen*"]},
     {"needs": {"gpus": ["tensor_parallel_size"]}},
     {"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}},
+    {"packages": {"flashinfer-python": "absent"}}, {"packages": {"flashinfer-python": "present"}},
+    {"packages": {"vllm": ">=0.20", "flashinfer_python": "absent"}}, {"install": "incomplete"},
+    {"install": "complete"}, {"model_shape": {"head_size": [128]}}, {"model_shape": {"num_key_value_heads": "<4"}},
+    {"model_shape": {"architecture": ["Qwen2ForCausalLM"], "head_size": ">=64"}},
 ])
 def test_index_and_reference_agree_on_each_condition_kind(when):
     """Each condition kind alone, over machines and cells that make it hold and fail."""
@@ -324,10 +336,16 @@ def test_index_and_reference_agree_on_each_condition_kind(when):
         Fingerprint(gpus=(v100,), driver="530.30.02", cuda_driver="12.1", cuda_runtime="12.1.105",
                     interconnect="pcie", packages={"vllm": "0.5.4"}),
         Fingerprint(gpus=(A100, H200), driver="580.159.04", cuda_driver="13.0", cuda_runtime="12.8",
-                    interconnect="nvlink", packages={"vllm": "0.26.0"}),
+                    interconnect="nvlink", packages={"vllm": "0.26.0"},
+                    installs={"vllm": EngineInstall("0.26.0", False, ("flashinfer-python==0.6.14 (not installed)",))}),
+        Fingerprint(gpus=(H200,), packages={"vllm": "0.26.0", "flashinfer-python": "0.6.14"},
+                    installs={"vllm": EngineInstall("0.26.0", True)}),
+        Fingerprint(gpus=(H200,), packages={"vllm": "0.26.0"}),  # hand-written: flashinfer's presence not known
     ]
     cells = [{}, {"dtype": "bfloat16", "tensor_parallel_size": 2, "model": "Qwen/Qwen2-7B",
-                  "model_weights_mib": 100_000}, {"dtype": "float16", "tensor_parallel_size": 1},
+                  "model_weights_mib": 100_000, "head_size": 128, "num_key_value_heads": 2,
+                  "architecture": "Qwen2ForCausalLM"}, {"dtype": "float16", "tensor_parallel_size": 1, "head_size": 32,
+                                                        "num_key_value_heads": 8, "architecture": "LlamaForCausalLM"},
              {"tensor_parallel_size": 4, "model_weights_mib": 200_000}]
     outcomes = set()
     for fp in machines:

@@ -27,16 +27,26 @@ from .ownership import Scope, command_line, is_zombie, owned_pids, owner_scope, 
 
 
 def _device_index(spec: EngineSpec) -> int | None:
-    """CUDA ordinal 0 of this process when the engine runs on a GPU, None for host-only runs."""
+    """CUDA ordinal 0 of this process when the engine runs on a GPU, None for host-only runs.
+
+    Asked of NVML, never of torch.cuda: this is the process the engine is started from, and a torch.cuda call
+    here (even `is_available`, which counts the devices) marks every process it forks later as unable to use CUDA.
+    vLLM forks its engine core by default, which then fails with "Cannot re-initialize CUDA in forked subprocess":
+    seen on an H200 with every memory cell of vLLM 0.26.0 as shipped."""
     device = str(spec.params.get("device", ""))
-    if device.startswith("cpu"):
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if device.startswith("cpu") or (visible is not None and visible.strip() in ("", "-1")):
         return None
     try:
-        import torch
+        import pynvml
 
-        return 0 if torch.cuda.is_available() else None
-    except ImportError:
-        return 0 if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") else None
+        pynvml.nvmlInit()
+        try:
+            return 0 if pynvml.nvmlDeviceGetCount() > 0 else None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML (no driver): no GPU to measure
+        return None
 
 
 def left_running(scope: Scope) -> list[dict[str, Any]]:

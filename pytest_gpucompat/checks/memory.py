@@ -69,12 +69,13 @@ def host_rss_mib() -> float | None:
 
 
 def _torch_cuda() -> Any | None:
-    """torch, only if it is already imported and CUDA is initialized: sampling must not create a context."""
+    """torch, only if it is already imported and CUDA is initialized: sampling must not create a context, nor
+    count the devices (`torch.cuda.is_available` does, and a process forked after it cannot use CUDA)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():
             return torch
     except Exception:
         return None

@@ -50,6 +50,31 @@ def side_file(name: str, suffix: str = ".log") -> Path:
     return Path(path)
 
 
+class OwnLog:
+    """What was written to this isolated child's log (its stdout and stderr, which the processes an engine starts
+    inherit) from now on: an adapter reads what its engine's own processes said while it started. Outside an
+    isolated child there is no such log, and `text()` is empty."""
+
+    def __init__(self) -> None:
+        self._path = _CHILD["log"]
+        self._start = 0
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                sys.stdout.flush()
+                sys.stderr.flush()
+                self._start = os.path.getsize(self._path)
+
+    def text(self, limit: int = 4 * 1024 * 1024) -> str:
+        if self._path is None:
+            return ""
+        try:
+            with open(self._path, "rb") as handle:
+                handle.seek(self._start)
+                return handle.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
 def _die_with_parent(*_: Any) -> None:
     """Kill every group this child registered, then the child's own group (itself included)."""
     with contextlib.suppress(Exception):

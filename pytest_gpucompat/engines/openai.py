@@ -40,6 +40,7 @@ from typing import Any
 from . import Unsupported, engine_params, engine_version, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import register_process_group, side_file
+from .deviations import harness_environment
 from .failures import engine_failed, exit_status
 from .processes import ProcessGroup, death_signal_preexec, kill_groups, process_group
 from .registry import descriptor, server_names
@@ -131,7 +132,7 @@ class OpenAIEngine:
         passthrough = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
         found = descriptor(server) if server != COMMAND else None
         command = found.server if found is not None else None
-        settings = dict(command.defaults) if command is not None else {}
+        settings = {k: d.value for k, d in command.defaults.items()} if command is not None else {}
         settings.update(passthrough)
         if self._embed_mode and command is not None:
             if command.embed_settings is None:
@@ -150,8 +151,8 @@ class OpenAIEngine:
         elif isinstance(extra, str) and extra.strip():
             cmd += extra.split()
         env = dict(os.environ)
-        for key, value in (command.env_defaults if command is not None else {}).items():
-            env.setdefault(key, value)
+        for key, value in harness_environment(self.name, spec.params, env).items():
+            env[key] = value
         self._log_path = Path(params["log_path"]) if params.get("log_path") else side_file(f"{server}-server")
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as log:

@@ -39,6 +39,15 @@ DTYPE_ALIASES: Mapping[str, str] = {
 
 
 @dataclass(frozen=True)
+class HarnessDefault:
+    """A setting the harness gives an engine when the cell does not, and why: every one differs from how the engine
+    ships, so every cell started with it records it among its `deviations` (engines/deviations.py)."""
+
+    value: Any
+    why: str
+
+
+@dataclass(frozen=True)
 class ServerCommand:
     """How the `openai` engine starts this engine's OpenAI-compatible server on {host}:{port} for {model}.
 
@@ -48,15 +57,16 @@ class ServerCommand:
     `cli_options` is given only those go on the command line and the rest into a YAML file passed with
     `options_file_flag`; `cli_aliases` first renames settings that have another spelling. `embed_settings` are set
     for `task: embed` (None: this server cannot embed); `request_extras` go into every completion request;
-    `pooling` names what its embeddings pool.
+    `pooling` names what its embeddings pool. `defaults` and `env_defaults` are declared with their reasons, like
+    an engine's `harness_defaults`, and recorded as deviations of every cell that runs the server.
     """
 
     argv: tuple[str, ...]
     executable: str | None = None
     fallback: tuple[str, ...] = ()
     flag_style: str = "dash"
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    env_defaults: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, HarnessDefault] = field(default_factory=dict)
+    env_defaults: Mapping[str, HarnessDefault] = field(default_factory=dict)
     cli_options: frozenset[str] | None = None
     cli_aliases: Mapping[str, str] = field(default_factory=dict)
     options_file_flag: str | None = None
@@ -96,10 +106,16 @@ class EngineDescriptor:
     env_prefixes:    prefixes of the environment variables that configure it (VLLM_, SGLANG_, ...): the fingerprint
                      records them (`env`, environment.py) and an isolated child logs them.
     packages:        distributions recorded in the fingerprint for it (first name found wins).
+    acceleration:    kernel distributions that change which backends it picks (FlashInfer, FlashAttention, ...): the
+                     fingerprint's `installs` records those installed, with their versions.
     parallel_params: the parameters whose product is the number of GPUs a cell needs.
     server:          how the `openai` engine starts its OpenAI-compatible server; None: it has none.
     gpu_memory:      the GPU memory it holds once started (GpuMemory); None: unknown, so it gets a GPU to itself
                      when cells share GPUs (the `openai` engine counts as the server it starts).
+    harness_defaults: the engine settings the harness gives it when the cell does not (HarnessDefault: value and
+                     why); everything else runs with the engine's own defaults. Each is a recorded deviation.
+    harness_env:     environment variables the harness sets for it when neither the environment nor the cell does;
+                     recorded the same way. Empty for every engine shipped here: an engine runs as installed.
     """
 
     name: str
@@ -113,9 +129,12 @@ class EngineDescriptor:
     help_commands: tuple[tuple[str, ...], ...] = ()
     env_prefixes: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    acceleration: tuple[str, ...] = ()
     parallel_params: tuple[str, ...] = ()
     server: ServerCommand | None = None
     gpu_memory: GpuMemory | None = None
+    harness_defaults: Mapping[str, HarnessDefault] = field(default_factory=dict)
+    harness_env: Mapping[str, HarnessDefault] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
@@ -231,6 +250,12 @@ def normalize_dtype(value: Any, engine: str | None = None) -> str:
 # --------------------------------------------------------------------------------------------------------------
 # The engines. Order is the order of ENGINE_NAMES (ids, reports).
 
+_SEED = HarnessDefault(0, "a fixed seed: greedy outputs are compared across runs and runners")
+_VLLM_MEMORY = HarnessDefault(0.2, "vLLM takes most of the GPU by default (0.92 in 0.26); 20% leaves room for the "
+                                   "reference and for cells that share the GPU (the tiny models need far less)")
+_SGLANG_MEMORY = HarnessDefault(0.2, "SGLang sizes its static pool from the GPU's free memory (about 80-90% by "
+                                     "default); 20% leaves room for the reference and for cells that share the GPU")
+
 register(EngineDescriptor(
     name="hf",
     adapter="pytest_gpucompat.engines.hf:HFEngine",
@@ -250,15 +275,18 @@ register(EngineDescriptor(
     help_commands=(("vllm", "--help"), ("vllm", "serve", "--help=all")),
     env_prefixes=("VLLM_",),
     packages=("vllm",),
+    # flash-attn: ViT attention; deep-gemm: FP8 block GEMMs; nvidia-cutlass-dsl: the CuTe-DSL (FA4) kernels
+    acceleration=("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "flash-attn", "xformers",
+                  "deep-gemm", "nvidia-cutlass-dsl", "triton"),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
     # its cap on what it allocates (engines/vllm.py's default), and the CUDA context the cap may leave out
     gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0),
+    harness_defaults={"gpu_memory_utilization": _VLLM_MEMORY, "seed": _SEED},
     server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="vllm",
         fallback=("{python}", "-m", "vllm.entrypoints.cli.main"),
-        defaults={"gpu_memory_utilization": 0.2, "enforce_eager": True, "seed": 0},
-        env_defaults={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        defaults={"gpu_memory_utilization": _VLLM_MEMORY, "seed": _SEED},
         embed_settings={"runner": "pooling", "pooler_config": {"pooling_type": "MEAN"}},
         request_extras={"ignore_eos": True, "return_tokens_as_token_ids": True, "return_token_ids": True},
         pooling="mean",
@@ -274,17 +302,28 @@ register(EngineDescriptor(
     help_commands=((sys.executable, "-m", "sglang.launch_server", "--help"),),
     env_prefixes=("SGLANG_", "SGL_"),
     packages=("sglang",),
+    acceleration=("sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
+                  "deep-gemm", "nvidia-cutlass-dsl", "triton"),  # sgl-kernel: sglang-kernel's name before 0.3.x
     parallel_params=("tp_size", "pp_size", "dp_size"),
     gpu_memory=GpuMemory(("mem_fraction_static",), 0.2, overhead_mib=1024.0),  # weights + KV pool; activations apart
+    harness_defaults={
+        "mem_fraction_static": _SGLANG_MEMORY,
+        "random_seed": _SEED,
+        "log_level": HarnessDefault("info", "the Engine logs only errors by default: a failed cell's log tail would "
+                                            "say nothing"),
+    },
     server=ServerCommand(  # sglang/launch_server.py: ServerArgs fields as --dashed-flags
         argv=("--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
         fallback=("{python}", "-m", "sglang.launch_server"),
-        defaults={"mem_fraction_static": 0.2, "random_seed": 0},
+        defaults={"mem_fraction_static": _SGLANG_MEMORY, "random_seed": _SEED},
         embed_settings={"is_embedding": True},
         request_extras={"ignore_eos": True},
         pooling="last",
     ),
 ))
+
+_TRTLLM_MEMORY = HarnessDefault(0.2, "TensorRT-LLM gives its KV cache 90% of the memory free after the weights by "
+                                     "default; 20% leaves room for the reference and for cells that share the GPU")
 
 register(EngineDescriptor(
     name="tensorrt-llm",
@@ -296,15 +335,18 @@ register(EngineDescriptor(
     help_commands=(("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
+    acceleration=("flashinfer-python", "deep-gemm", "nvidia-cutlass-dsl", "triton"),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
     # its KV cache takes this fraction of the memory free after the weights: at most this fraction of the total
     gpu_memory=GpuMemory(("free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction"), 0.2, weights=True,
                          overhead_mib=1024.0),
+    harness_defaults={"free_gpu_memory_fraction": _TRTLLM_MEMORY},
     server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (engines/contracts/)
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="trtllm-serve",
         flag_style="underscore",
-        defaults={"backend": "pytorch", "kv_cache_free_gpu_memory_fraction": 0.2},
+        defaults={"backend": HarnessDefault("pytorch", "the LLM API's backend, the same as the offline cells"),
+                  "kv_cache_free_gpu_memory_fraction": _TRTLLM_MEMORY},
         cli_options=frozenset({  # the options of `trtllm-serve serve` in every release of the contracts
             "tokenizer", "backend", "log_level", "max_beam_width", "max_batch_size", "max_num_tokens", "max_seq_len",
             "tp_size", "pp_size", "gpus_per_node", "kv_cache_free_gpu_memory_fraction", "trust_remote_code",

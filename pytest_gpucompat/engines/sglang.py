@@ -16,11 +16,15 @@ What 0.5.16 provides and this adapter relies on:
 - what ran: `Engine.get_server_info()` (server args after resolution plus the schedulers' internal states, where
   the resolved attention backend lives), `sglang.__version__`.
 - `Engine.shutdown()` kills the scheduler/detokenizer process tree.
+The engine runs as it ships (its tokenizer, backends, CUDA graphs); the harness adds only its declared defaults (the
+descriptor's `harness_defaults`: memory fraction, seed, log level), recorded by every cell as deviations beside
+SGLang's own defaults, read from `ServerArgs`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import time
 from collections.abc import Mapping, Sequence
@@ -28,13 +32,7 @@ from typing import Any
 
 from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
-
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "skip_tokenizer_init": True,
-    "mem_fraction_static": 0.2,
-    "random_seed": 0,
-    "log_level": "info",
-}
+from .deviations import harness_settings
 
 
 class SGLangEngine:
@@ -52,7 +50,7 @@ class SGLangEngine:
         except Exception as exc:  # ImportError, or an error raised while importing
             raise import_failure("sglang", exc) from None
 
-        kwargs: dict[str, Any] = dict(ENGINE_DEFAULTS)
+        kwargs: dict[str, Any] = harness_settings(self.name, spec.params)
         kwargs.update(engine_params(spec.params))
         if "dtype" in kwargs:
             kwargs["dtype"] = normalize_dtype(kwargs["dtype"])
@@ -69,7 +67,8 @@ class SGLangEngine:
             info = engine.get_server_info() or {}
         except Exception:
             info = {}
-        return _run_info(sglang, info, self._embed_mode, time.monotonic() - began)
+        run_info = _run_info(sglang, info, self._embed_mode, time.monotonic() - began)
+        return dataclasses.replace(run_info, extra={**run_info.extra, "engine_defaults": _engine_defaults(kwargs)})
 
     def _require(self) -> Any:
         if self._engine is None:
@@ -118,6 +117,23 @@ class SGLangEngine:
             engine.shutdown()
         del engine
         gc.collect()
+
+
+def _engine_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang's own default for each setting the cell was started with (`ServerArgs` field defaults)."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+
+        fields = {f.name: f for f in dataclasses.fields(ServerArgs)}
+    except Exception:
+        return {}
+    out: dict[str, Any] = {}
+    for name in kwargs:
+        found = fields.get(name)
+        if found is not None and found.default is not dataclasses.MISSING:
+            default = found.default
+            out[name] = default if isinstance(default, (bool, int, float, str, type(None))) else str(default)
+    return out
 
 
 def _generation(item: Mapping[str, Any]) -> Generation:

@@ -30,8 +30,8 @@ from typing import Any
 
 from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
+from .deviations import harness_settings
 
-DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.2
 KV_CACHE_PARAMS: Mapping[str, str] = {
     "kv_cache_dtype": "dtype",
     "free_gpu_memory_fraction": "free_gpu_memory_fraction",
@@ -67,12 +67,12 @@ def llm_kwargs(model: str, params: Mapping[str, Any]) -> tuple[dict[str, Any], A
     """(keywords for `LLM()` but kv_cache_config, KvCacheConfig keywords) for a cell's engine parameters. A cell's
     `kv_cache_config` mapping is merged under the KV_CACHE_PARAMS it also sets, over this project's default memory
     fraction; a KvCacheConfig object given in the cell is returned as it is."""
+    declared = harness_settings("tensorrt-llm", params)  # the descriptor's: a memory fraction (a deviation)
     rest = dict(params)
     overrides = {field: rest.pop(key) for key, field in KV_CACHE_PARAMS.items() if key in rest}
     kv_config = rest.pop("kv_cache_config", None)
     if isinstance(kv_config, Mapping) or kv_config is None:
-        kv_config = {"free_gpu_memory_fraction": DEFAULT_FREE_GPU_MEMORY_FRACTION, **dict(kv_config or {}),
-                     **overrides}
+        kv_config = {**declared, **dict(kv_config or {}), **overrides}
     if "dtype" in rest:
         rest["dtype"] = normalize_dtype(rest["dtype"])
     return {"model": model, **rest}, kv_config
@@ -162,7 +162,7 @@ class TRTLLMEngine:
         try:
             import torch
 
-            if torch.cuda.is_available():
+            if torch.cuda.is_initialized():  # never count devices or make a context only to empty a cache
                 torch.cuda.empty_cache()
         except Exception:
             pass

@@ -19,9 +19,10 @@ What 0.26.0 provides and this adapter relies on:
   log line (vllm/platforms/cuda.py).
 - teardown as seen working on an H200: `llm.llm_engine.engine_core.shutdown()`, drop the LLM, `gc.collect()`,
   `vllm.distributed.parallel_state.cleanup_dist_env_and_memory()`, `torch.cuda.empty_cache()`.
-Environment defaults (set only when absent, before vllm is imported): VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine
-core in-process: the separate EngineCore process hung at start-up) and VLLM_USE_FLASHINFER_SAMPLER=0 (no
-flashinfer needed for sampling).
+The engine runs as it ships: its own process model (the engine core in a process of its own), CUDA graphs, backends,
+sampler and tokenizer. The only settings the harness adds are its declared defaults (the descriptor's
+`harness_defaults`: a memory fraction and a seed), which every cell records as deviations; the engine's own default
+for each setting a cell changes is read from `EngineArgs` and recorded beside it.
 """
 
 from __future__ import annotations
@@ -37,18 +38,8 @@ from typing import Any
 
 from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-
-ENV_DEFAULTS: dict[str, str] = {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_USE_FLASHINFER_SAMPLER": "0",
-}
-
-LLM_DEFAULTS: dict[str, Any] = {
-    "skip_tokenizer_init": True,
-    "enforce_eager": True,
-    "gpu_memory_utilization": 0.2,
-    "seed": 0,
-}
+from .child import OwnLog
+from .deviations import harness_environment, harness_settings
 
 _BACKEND_LINE = re.compile(r"Using (\S+) attention backend")
 
@@ -98,7 +89,7 @@ class VLLMEngine:
 
     def start(self, spec: EngineSpec) -> RunInfo:
         began = time.monotonic()
-        for key, value in ENV_DEFAULTS.items():
+        for key, value in harness_environment(self.name, spec.params).items():
             os.environ.setdefault(key, value)
         try:
             import vllm
@@ -107,19 +98,18 @@ class VLLMEngine:
             raise import_failure("vllm", exc) from None
         self._vllm = vllm
 
-        kwargs: dict[str, Any] = dict(LLM_DEFAULTS)
+        kwargs: dict[str, Any] = harness_settings(self.name, spec.params)
         kwargs.update(engine_params(spec.params))
         if "dtype" in kwargs:
             kwargs["dtype"] = normalize_dtype(kwargs["dtype"])
         self._embed_mode = wants_embeddings(spec.params) or kwargs.get("runner") == "pooling"
         if self._embed_mode:
             kwargs.setdefault("runner", "pooling")
-            if "skip_tokenizer_init" not in spec.params:  # 0.26 pooling: "Tokenizer not available when ..."
-                kwargs["skip_tokenizer_init"] = False
             if "pooler_config" not in kwargs:
                 kwargs["pooler_config"] = _mean_pooler(vllm)
 
         catcher = _BackendLogCatcher()
+        own_log = OwnLog()  # the engine core logs the backend it chose from its own process (vLLM's default)
         vllm_logger = logging.getLogger("vllm")
         vllm_logger.addHandler(catcher)
         try:
@@ -139,7 +129,8 @@ class VLLMEngine:
         finally:
             vllm_logger.removeHandler(catcher)
         self._llm = llm
-        return self._run_info(vllm, llm, kwargs, catcher.backends, time.monotonic() - began)
+        logged = catcher.backends or list(dict.fromkeys(_BACKEND_LINE.findall(own_log.text())))
+        return self._run_info(vllm, llm, kwargs, logged, time.monotonic() - began)
 
     def _run_info(self, vllm: Any, llm: Any, kwargs: Mapping[str, Any], logged: list[str], start_s: float) -> RunInfo:
         engine = llm.llm_engine
@@ -166,7 +157,7 @@ class VLLMEngine:
             "enforce_eager": getattr(model_config, "enforce_eager", None),
             "max_model_len": getattr(model_config, "max_model_len", None),
             "quantization": getattr(model_config, "quantization", None),
-            "env": {k: os.environ.get(k) for k in ENV_DEFAULTS},
+            "engine_defaults": _engine_defaults(vllm, kwargs),
         }
         parallel = getattr(vllm_config, "parallel_config", None)
         if parallel is not None:
@@ -174,13 +165,9 @@ class VLLMEngine:
         if self._embed_mode:
             pooler = kwargs.get("pooler_config")
             extra["pooling"] = "mean" if pooler is None or _is_mean(pooler) else "custom"
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                extra["cuda_device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
-        except Exception:
-            pass
+        # Nothing here touches torch.cuda: with the engine core in its own process (vLLM's default), this is the
+        # user's process, and a CUDA context made here makes vLLM's next forked engine core fail ("Cannot
+        # re-initialize CUDA in forked subprocess"), as seen on an H200 when a second engine started in it.
         return RunInfo(
             engine=self.name,
             version=getattr(vllm, "__version__", None),
@@ -252,10 +239,30 @@ class VLLMEngine:
         try:
             import torch
 
-            if torch.cuda.is_available():
+            if torch.cuda.is_initialized():  # never create a CUDA context only to empty its cache
                 torch.cuda.empty_cache()
         except Exception:
             pass
+
+
+def _engine_defaults(vllm: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's own default for each setting the cell was started with (`EngineArgs` field defaults; a field whose
+    default is made by a factory is left out): what the report compares a deviation with."""
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+
+        fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+    except Exception:
+        return {}
+    out: dict[str, Any] = {}
+    for name in kwargs:
+        found = fields.get(name)
+        if found is not None and found.default is not dataclasses.MISSING:
+            default = found.default
+            out[name] = default if isinstance(default, (bool, int, float, str, type(None))) else str(default)
+    return out
 
 
 def _mean_pooler(vllm: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 from ..fingerprint import Fingerprint
 from .match import (
     MACHINE_CONDITIONS,
+    UNKNOWN,
     WEIGHTS_PARAM,
     Facts,
     clear_facts_cache,
@@ -217,9 +218,10 @@ class _KbIndex:
             if isinstance(field_name, tuple):
                 seen_packages.add(field_name)
             mask &= self._machine_bits(table, field_name, key, value)
+        lacking = None if facts.packages_listed else UNKNOWN  # known absent, or not known either way
         for field_name, table in self.machine_tables.items():  # conditions on packages this machine lacks
             if isinstance(field_name, tuple) and field_name not in seen_packages:
-                mask &= self._machine_bits(table, field_name, None, None)
+                mask &= self._machine_bits(table, field_name, None if lacking is None else "?", lacking)
         return mask
 
     def _machine_bits(self, table: dict[Any, int], field_name: Any, key: Any, value: Any) -> int:

@@ -24,7 +24,9 @@ from .schema import (
     CONFIDENCES,
     ENGINES,
     FAILURES,
+    INSTALL_STATES,
     INTERCONNECTS,
+    MODEL_SHAPE,
     SEVERITIES,
     SOURCE_KINDS,
     Conditions,
@@ -40,7 +42,7 @@ _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom
               "flags", "confidence", "claims", "note", "sources"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
 _WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
-              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs"}
+              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs", "install", "model_shape"}
 _NEEDS_KEYS = {"gpus", "gpu_memory_mib"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _CLAIM = re.compile(r"^S\d{2,3}$")
@@ -194,7 +196,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         confidence=raw["confidence"],
         sources=tuple(parsed_sources),
         engine=engine,
-        when=parse_conditions(raw.get("when"), fail),
+        when=parse_conditions(raw.get("when"), fail, engine),
         symptom=_opt_str(raw.get("symptom"), fail, "symptom"),
         workaround=_opt_str(raw.get("workaround"), fail, "workaround"),
         flags=tuple(_str_list(raw.get("flags"), fail, "flags")),
@@ -230,7 +232,7 @@ def _str_list(value: Any, fail: Any, fld: str) -> list[str]:
     return [_opt_str(v, fail, f"{fld}[{i}]") or "" for i, v in enumerate(value)]
 
 
-def parse_conditions(raw: Any, fail: Any) -> Conditions:
+def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditions:
     if raw is None:
         return Conditions()
     if not isinstance(raw, Mapping):
@@ -253,12 +255,27 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
     packages = raw.get("packages") or {}
     if not isinstance(packages, Mapping):
         raise fail("when.packages", "must map package names to specifiers")
-    parsed_packages = []
+    parsed_packages: list[tuple[str, SpecifierSet | None]] = []
     for name, value in packages.items():
+        if value in ("absent", "present"):  # not installed / installed in any version
+            parsed_packages.append((normalize_package(str(name)), None if value == "absent" else SpecifierSet("")))
+            continue
         try:
             parsed_packages.append((normalize_package(str(name)), parse_specifier(as_text(value))))
         except ValueError as exc:
-            raise fail(f"when.packages.{name}", str(exc)) from None
+            raise fail(f"when.packages.{name}", f"{exc} (or absent / present)") from None
+    install = raw.get("install")
+    if install is not None:
+        _enum(install, INSTALL_STATES, fail, "when.install")
+        if engine is None:
+            raise fail("when.install", "needs the rule's engine: the install judged is that engine's")
+    shape = raw.get("model_shape") or {}
+    if not isinstance(shape, Mapping):
+        raise fail("when.model_shape", f"must map facts of the model ({', '.join(MODEL_SHAPE)}) to values")
+    unknown = set(map(str, shape)) - set(MODEL_SHAPE)
+    if unknown:
+        known = ", ".join(MODEL_SHAPE)
+        raise fail(f"when.model_shape.{sorted(unknown)[0]}", f"unknown fact of a model (known: {known})")
     needs = raw.get("needs") or {}
     if not isinstance(needs, Mapping):
         raise fail("when.needs", "must be a mapping such as {gpus: [tensor_parallel_size, pipeline_parallel_size]}")
@@ -276,7 +293,11 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
         raise fail("when.params", "must map parameter names to values")
     parsed_params = []
     for name, value in params.items():
+        if str(name) in MODEL_SHAPE:
+            raise fail(f"when.params.{name}", "is a fact of the model: write it under when.model_shape")
         parsed_params.append((str(name), _param_condition(value, fail, f"when.params.{name}")))
+    for name, value in shape.items():  # judged as parameters of the cell under these names
+        parsed_params.append((str(name), _param_condition(value, fail, f"when.model_shape.{name}")))
     return Conditions(
         gpu=tuple(g.lower() for g in _str_list(raw.get("gpu"), fail, "when.gpu")),
         arch=tuple(a.lower() for a in _str_list(raw.get("arch"), fail, "when.arch")),
@@ -292,6 +313,7 @@ def parse_conditions(raw: Any, fail: Any) -> Conditions:
         model=tuple(m.lower() for m in _str_list(raw.get("model"), fail, "when.model")),
         needs_gpus=tuple(needs_gpus),
         needs_memory=tuple(needs_memory),
+        install=(engine, str(install)) if install is not None and engine is not None else None,
     )
 
 

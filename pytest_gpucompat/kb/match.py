@@ -33,6 +33,10 @@ class Facts:
     cuda_driver: Version | None
     cuda_runtime: Version | None
     packages: Mapping[str, Version]
+    installs: Mapping[str, bool | None] = None  # type: ignore[assignment]  # engine -> complete (None: unknown)
+    # every tracked package the machine has is listed (a fingerprint read from a machine, which records `installs`
+    # for its engines): a package it does not list is known to be absent; in a hand-written file it is not known
+    packages_listed: bool = False
 
     @classmethod
     def of(cls, fp: Fingerprint) -> Facts:
@@ -58,7 +62,48 @@ def _facts(fp: Fingerprint) -> Facts:
         cuda_driver=_ver(fp.cuda_driver),
         cuda_runtime=_ver(fp.cuda_runtime),
         packages=packages,
+        installs=_installs(fp),
+        packages_listed=bool(getattr(fp, "installs", None)),
     )
+
+
+class _Unknown:
+    """A package a hand-written fingerprint does not list: neither installed nor known to be absent."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+def package_fact(facts: Facts, name: str) -> Any:
+    """A package's version; None when the machine is known not to have it; UNKNOWN when nobody said."""
+    version = facts.packages.get(name)
+    if version is None and not facts.packages_listed:
+        return UNKNOWN
+    return version
+
+
+def _installs(fp: Fingerprint) -> dict[str, bool | None]:
+    """Engine -> whether it is installed with every requirement it declares (None: not known)."""
+    installs = getattr(fp, "installs", None)
+    if not isinstance(installs, Mapping):
+        return {}
+    out: dict[str, bool | None] = {}
+    for engine, state in installs.items():
+        complete = state.get("complete") if isinstance(state, Mapping) else getattr(state, "complete", None)
+        out[str(engine)] = complete if isinstance(complete, bool) else None
+    return out
+
+
+def install_holds(w: Conditions, installs: Mapping[str, bool | None]) -> bool:
+    """``when.install``: the rule's engine is installed with (complete) or without (incomplete) every requirement
+    it declares; an engine whose install is not known holds neither."""
+    assert w.install is not None
+    engine, wanted = w.install
+    complete = (installs or {}).get(engine)
+    return complete is not None and complete == (wanted == "complete")
 
 
 def _ver(text: str | None) -> Version | None:
@@ -154,6 +199,10 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
+    MachineCondition("install", ("install",),
+                     lambda w: w.install is not None, lambda f: f.installs,
+                     lambda v: tuple(sorted((v or {}).items())), install_holds,
+                     known=lambda f: bool(f.installs)),
     MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
                      lambda w: w.has_gpu_condition, lambda f: f.gpus,
                      _gpus_key, gpus_hold,
@@ -166,8 +215,12 @@ NEEDS_FIELDS = ("needs_gpus", "needs_memory")  # judged by needs_hold
 
 
 def package_holds(w: Conditions, package: str, version: Version | None) -> bool:
-    """The conditions on one (normalized) package's version; a package that is not installed does not hold."""
-    return all(spec_holds(spec, version) for name, spec in w.packages if name == package)
+    """The conditions on one (normalized) package's version; a package that is not installed holds only an
+    ``absent`` condition (a specifier of None), and one whose presence is not known (UNKNOWN) holds none."""
+    if version is UNKNOWN:
+        return not any(name == package for name, _ in w.packages)
+    return all(version is None if spec is None else spec_holds(spec, version)
+               for name, spec in w.packages if name == package)
 
 
 def machine_holds(w: Conditions, facts: Facts) -> bool:
@@ -175,7 +228,7 @@ def machine_holds(w: Conditions, facts: Facts) -> bool:
     for cond in MACHINE_CONDITIONS:
         if cond.tested(w) and not cond.holds(w, cond.fact(facts)):
             return False
-    return all(package_holds(w, name, facts.packages.get(name)) for name, _ in w.packages)
+    return all(package_holds(w, name, package_fact(facts, name)) for name, _ in w.packages)
 
 
 def _as_version(value: Any) -> Version | None:
@@ -385,6 +438,13 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
     if w.packages:
         installed = {normalize_package(k): v for k, v in fp.packages.items()}
         has.extend(f"{name} {installed.get(name, 'not installed')}" for name, _ in w.packages)
+    if w.install is not None:
+        state = (getattr(fp, "installs", None) or {}).get(w.install[0])
+        missing = state.get("missing") if isinstance(state, Mapping) else getattr(state, "missing", None)
+        if missing:
+            has.append(f"{w.install[0]} installed without " + ", ".join(map(str, missing)))
+        elif state is not None:
+            has.append(f"{w.install[0]} installed with every requirement it declares")
     if has:
         parts.append("this runner: " + "; ".join(has))
     return "; ".join(parts)

@@ -23,6 +23,11 @@ CONFIDENCES = ("documents", "upstream", "verified")
 SOURCE_KINDS = ("seed", "code", "doc", "issue", "report")
 ENGINES = kb_engine_names()  # the engines a rule may name: vllm, sglang, tensorrt-llm (engines/registry.py)
 INTERCONNECTS = ("pcie", "nvlink")
+INSTALL_STATES = ("complete", "incomplete")
+MODEL_SHAPE = ("architecture", "head_size", "num_attention_heads", "num_key_value_heads")
+"""The facts of a cell's model a rule may test (`when.model_shape`): read from the checkpoint's config.json by the
+plugin (models.model_shape), or given in a fingerprint's `params` for `gpucompat check`. Judged as parameters of the
+cell under these names."""
 WEIGHTS_PARAM = "model_weights_mib"
 """The model's weights in MiB for the cell's dtype: measured from the checkpoint by the plugin, or given in a
 fingerprint's ``params`` for ``gpucompat check``; what ``needs.gpu_memory_mib`` divides over the GPUs."""
@@ -56,7 +61,12 @@ class Conditions:
     driver: SpecifierSet | None = None
     cuda_driver: SpecifierSet | None = None
     cuda_runtime: SpecifierSet | None = None
-    packages: tuple[tuple[str, SpecifierSet], ...] = ()
+    # (package, specifier): installed in a version the specifier accepts (an empty one: installed at all); a
+    # specifier of None: the package is NOT installed (`absent` in a rule file)
+    packages: tuple[tuple[str, SpecifierSet | None], ...] = ()
+    # (the rule's engine, "complete" | "incomplete"): the engine is installed with (or without) every requirement
+    # it declares for this platform (the fingerprint's `installs`)
+    install: tuple[str, str] | None = None
     # the cell needs the product of these parameters' values (absent = 1) in GPUs: holds when fewer are visible
     needs_gpus: tuple[str, ...] = ()
     # the model's weights split over the product of these parameters must fit the smallest visible GPU

@@ -254,7 +254,8 @@ class ReportCollector:
                 data["reason"] = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
             extra_info = data.pop("info", {}) or {}
             gpu = data.pop("gpu", None)
-            notes = data.pop("notes", None) or {}  # prompts, reference, golden: plain keys of the cell
+            notes = dict(data.pop("notes", None) or {})  # prompts, reference, golden: plain keys of the cell
+            data["deviations"] = notes.pop("deviations", None) or ()
             data["extra"] = {**notes, **{k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}}
             cells.append(data)
         fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}

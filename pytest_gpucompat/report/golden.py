@@ -4,7 +4,8 @@ Golden outputs are often recorded after the runs a team wants to judge (a new re
 on other hardware), and a runner can check against only one recording per run. Each precision cell keeps what the
 model said (outputs.py), so judging it again needs no GPU: the same golden matching (by model content digest and
 prompt ids; another model or prompt set is refused with the reason), the same verdict (checks.golden.judge) and
-the same thresholds as a run with ``--gpucompat-golden``. Pure but for reading the files.
+the same thresholds as a run with ``--gpucompat-golden``; a recording made on another attention backend or KV-cache
+dtype than the cell's (its ``engine_info``) is named with both. Pure but for reading the files.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class GoldenCheck:
     message: str
     file: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    backends: Mapping[str, str] = field(default_factory=dict)
+    """checks.golden.GoldenVerdict.backends: the attention backends and KV-cache dtypes that differ."""
 
     @property
     def bad(self) -> bool:
@@ -54,15 +57,20 @@ def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source
         return GoldenCheck(cell, "refused", f"the cell kept {len(kept.generations)} generations, {reason} holds "
                                             f"{asked} prompts", reason)
     ran = cell.extra.get("engine_info")
-    ran_dtype = ran.get("dtype") if isinstance(ran, Mapping) else None
+    ran = ran if isinstance(ran, Mapping) else {}
+
+    def said(key: str) -> str | None:
+        value = ran.get(key)
+        return str(value) if isinstance(value, str) and value else None
+
     try:
         verdict = judge(golden, Cell(cell.engine, cell.params, cell.axes).id, kept.generations,
-                        threshold_class(cell.params, ran_dtype), table)
+                        threshold_class(cell.params, said("dtype")), table, engine=said("engine") or cell.engine,
+                        attention_backend=said("attention_backend"), kv_cache_dtype=said("kv_cache_dtype"))
     except ValueError as exc:  # outputs that cannot be compared (lengths), or no thresholds for the cell's dtype
         return GoldenCheck(cell, "refused", f"not comparable with {reason}: {exc}", reason)
-    if not verdict.compared:
-        return GoldenCheck(cell, "not compared", verdict.message, reason, verdict.metrics)
-    return GoldenCheck(cell, "passed" if verdict.passed else "failed", verdict.message, reason, verdict.metrics)
+    status = ("passed" if verdict.passed else "failed") if verdict.compared else "not compared"
+    return GoldenCheck(cell, status, verdict.message, reason, verdict.metrics, verdict.backends)
 
 
 def check_report(report: Report, files: Sequence[GoldenFile], where: str, source: str = "report",
@@ -85,7 +93,7 @@ def with_checks(report: Report, checks: Sequence[GoldenCheck], where: str) -> Re
         metrics = {k: v for k, v in cell.metrics.items() if not k.startswith((PREFIX, CELL_PREFIX))}
         metrics.update(check.metrics)
         entry = {"status": check.status, "file": check.file, "message": check.message, "checked": "after the run",
-                 "golden": where}
+                 "golden": where, **check.backends}
         cells.append(replace(cell, metrics=metrics, extra={**cell.extra, "golden": entry}))
     return replace(report, cells=tuple(cells))
 
@@ -105,7 +113,7 @@ def format_checks(checks: Sequence[GoldenCheck], source: str, where: str) -> str
 
 def checks_json(checks: Sequence[GoldenCheck]) -> list[dict[str, Any]]:
     return [{"nodeid": c.cell.nodeid, "runner": c.cell.runner, "status": c.status, "file": c.file,
-             "message": c.message, "metrics": dict(c.metrics)} for c in checks]
+             "message": c.message, "metrics": dict(c.metrics), **c.backends} for c in checks]
 
 
 __all__ = ["GoldenCheck", "check_cell", "check_report", "checks_json", "format_checks", "with_checks"]

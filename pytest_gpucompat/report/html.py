@@ -23,9 +23,9 @@ from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, key_figures, rule_of
 from .html_assets import CSS, JS, JS_ERRORS
-from .html_runners import abbreviated, e, fingerprint_card, runner_header, what_if_banner, what_if_of
+from .html_runners import abbreviated, e, fingerprint_card, installs_notice, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
-from .model import SEVERITIES, CellRecord, FindingRecord, Report
+from .model import DEVIATIONS_SUMMARY, SEVERITIES, CellRecord, FindingRecord, Report, deviation_groups
 from .text import gpu_summary, model_of, models_in, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
@@ -180,6 +180,8 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
     title = f"{cell.runner}: {STATES[state][1]}" + (f" — {one_line(cell.reason, 160)}" if cell.reason else "")
     if issue:
         title += f" — matches known issue {issue['id']}"
+    if cell.deviations:
+        title += f" — ran with {cell.deviations_text()}"
     if duration:
         title += f" ({duration})"
     ran_on = host if host and cell.ran else None
@@ -309,6 +311,17 @@ def _embedded(cell: CellRecord) -> dict[str, Any]:
     return data
 
 
+def _deviations_section(report: Report) -> str:
+    groups = deviation_groups(report.cells)
+    if not groups:
+        return ""
+    items = "".join(f"<li><code>{e(engine or 'engine')}</code>, {count} cell(s) ran: {e(text)}</li>"
+                    for engine, text, count in groups)
+    return (f'<section id="deviations"><h2>Settings that differ from the engines\' defaults '
+            f'<span class="muted">({len(groups)})</span></h2><p class="muted">{e(DEVIATIONS_SUMMARY)}</p>'
+            f"<ul>{items}</ul></section>")
+
+
 def _stale_section(report: Report) -> str:
     stale = stale_rules(report)
     if not stale:
@@ -382,9 +395,11 @@ def render_html(report: Report) -> str:
             f'<p class="muted">{" · ".join(meta)}</p></header>',
             interrupted,
             what_if_banner(report.runners),
+            installs_notice(report.runners),
             _summary_bar(report),
             _filters(report),
             f"<main>{_matrix(report, index_of)}</main>",
+            _deviations_section(report),
             charts_section(report),
             _uncovered_section(report),
             _cross_section(report),

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
-from .text import engine_versions, gpu_summary, one_line, plain, stack_summary
+from .text import engine_versions, gpu_summary, incomplete_installs, one_line, plain, stack_summary
 
 _FINGERPRINT_KEYS = (
     "driver",
@@ -76,6 +76,15 @@ def what_if_banner(runners: Mapping[str, Mapping[str, Any]]) -> str:
     return ('<section class="whatif" id="what-if" aria-label="what-if run"><b>What-if run.</b> Skips, xfails and '
             "findings follow the fingerprint file, not the machine; figures and outcomes of cells marked "
             f'"ran on" come from the machine named here.<ul>{"".join(items)}</ul></section>')
+
+
+def installs_notice(runners: Mapping[str, Mapping[str, Any]]) -> str:
+    """A warning per runner whose install of an engine lacks its declared requirements (fingerprint `installs`)."""
+    items = "".join(f"<li>{e(line)}.</li>" for line in incomplete_installs(runners))
+    if not items:
+        return ""
+    return ('<section class="banner" id="incomplete-installs" aria-label="incomplete installs"><b>Incomplete '
+            f"install.</b><ul>{items}</ul></section>")
 
 
 def runner_header(index: int, name: str, fingerprint: Mapping[str, Any], counts: Mapping[str, int]) -> str:

@@ -77,6 +77,9 @@ def _case_properties(case: ET.Element, cell: CellRecord) -> None:
         _prop(props, "finding", f"{f.id} [{meta}]: {f.summary}")
     for issue in cell.explained_by:
         _prop(props, "explained_by", issue["id"])
+    for d in cell.deviations:
+        default = f"; engine default {d['engine_default']!r}" if "engine_default" in d else ""
+        _prop(props, f"deviation.{d.get('name')}", f"{d.get('value')!r} ({d.get('by')}{default})")
     for name, value in cell.metrics.items():
         _prop(props, f"metric.{name}", "" if value is None else f"{value:.6g}")
     if cell.worker:

@@ -18,8 +18,17 @@ from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import STATES, cell_state, format_value, rule_of
 from .merge import matrix_rows, uncovered_cells
-from .model import OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report
-from .text import engine_versions, format_params, gpu_summary, model_of, models_in, one_line, stack_summary
+from .model import DEVIATIONS_SUMMARY, OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report, deviation_groups
+from .text import (
+    engine_versions,
+    format_params,
+    gpu_summary,
+    incomplete_installs,
+    model_of,
+    models_in,
+    one_line,
+    stack_summary,
+)
 
 #: Engine kernel packages named next to the runners table when a fingerprint has them (fingerprint.TRACKED_PACKAGES).
 KERNEL_PACKAGES: tuple[str, ...] = ("flashinfer-python", "sglang-kernel", "xformers", "flash-attn", "triton")
@@ -124,6 +133,7 @@ def _head(report: Report, max_items: int) -> list[str]:
     if report.interrupted:
         out += ["> [!WARNING]", "> The run was interrupted: the matrix is incomplete.", ""]
     out += _what_if_banner(report)
+    out += _installs_notice(report)
     out += [_counts_line(report), ""]
     exit_part = "" if report.exitstatus is None else f", pytest exit status {report.exitstatus}"
     out += [f"Created {_text(report.created)} by pytest-gpucompat {_text(report.tool_version)}{exit_part}.", ""]
@@ -172,6 +182,14 @@ def _what_if_banner(report: Report) -> list[str]:
     note = ("> Cells marked *(ran)* really ran there; the others were decided from the what-if fingerprint "
             "(skipped, not covered).")
     return ["> [!NOTE]", *[x for line in lines for x in (line, ">")], note, ""]
+
+
+def _installs_notice(report: Report) -> list[str]:
+    """A warning per runner whose install of an engine lacks its declared requirements (fingerprint `installs`)."""
+    lines = incomplete_installs(report.runners)
+    if not lines:
+        return []
+    return ["> [!WARNING]", *[x for line in lines for x in (f"> {_text(line, 2000)}.", ">")][:-1], ""]
 
 
 def _environment_lines(report: Report, max_items: int) -> list[str]:
@@ -268,6 +286,7 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- … and {len(failures) - max_items} more")
         out.append("")
 
+    out += _deviations_section(report, max_items)
     out += _cross_section(report, max_items)
     out += _findings_section(report, max_items)
     out += _stale_section(report, max_items)
@@ -280,6 +299,18 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- … and {len(uncovered) - max_items} more")
         out.append("")
     return out
+
+
+def _deviations_section(report: Report, max_items: int) -> list[str]:
+    groups = deviation_groups(report.cells)
+    if not groups:
+        return []
+    out = [f"### Settings that differ from the engines' defaults ({len(groups)})", "", DEVIATIONS_SUMMARY, ""]
+    for engine, text, count in groups[:max_items]:
+        out.append(f"- {_code(engine or 'engine')}, {count} cell(s) ran: {_code(one_line(text, 600))}")
+    if len(groups) > max_items:
+        out.append(f"- … and {len(groups) - max_items} more")
+    return out + [""]
 
 
 def _cross_section(report: Report, max_items: int) -> list[str]:

@@ -127,6 +127,9 @@ class CellRecord:
     when: str | None = None
     # the knowledge-base rules whose signature a failed or errored cell's reason or log tail matches (best first)
     explained_by: tuple[Mapping[str, Any], ...] = ()
+    # the settings the cell's engine ran with that differ from the engine's own defaults (engines/deviations.py):
+    # {"name", "value", "by": cell | harness | environment, "why"?, "engine_default"?}
+    deviations: tuple[Mapping[str, Any], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _KEYS = (
@@ -147,6 +150,7 @@ class CellRecord:
         "runner",
         "when",
         "explained_by",
+        "deviations",
     )
 
     def __post_init__(self) -> None:
@@ -167,6 +171,7 @@ class CellRecord:
         object.__setattr__(self, "series", {str(k): tuple(_finite(x) for x in v) for k, v in self.series.items()})
         object.__setattr__(self, "duration_s", _finite(self.duration_s))
         object.__setattr__(self, "explained_by", tuple(dict(e) for e in self.explained_by))
+        object.__setattr__(self, "deviations", tuple(dict(d) for d in self.deviations if isinstance(d, Mapping)))
         object.__setattr__(self, "extra", dict(self.extra))
 
     @property
@@ -201,9 +206,18 @@ class CellRecord:
             "runner": self.runner,
             "when": self.when,
             **({"explained_by": [dict(e) for e in self.explained_by]} if self.explained_by else {}),
+            **({"deviations": [dict(d) for d in self.deviations]} if self.deviations else {}),
         }
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
+
+    def deviations_text(self) -> str:
+        """`enforce_eager=True (cell; vLLM: False), gpu_memory_utilization=0.2 (harness)`: one line for renderers."""
+        parts = []
+        for d in self.deviations:
+            default = f"; engine default {d['engine_default']!r}" if "engine_default" in d else ""
+            parts.append(f"{d.get('name')}={d.get('value')!r} ({d.get('by')}{default})")
+        return ", ".join(parts)
 
     @property
     def known_issue(self) -> Mapping[str, Any] | None:
@@ -241,8 +255,27 @@ class CellRecord:
             runner=str(data.get("runner") or runner or ""),
             when=data.get("when"),
             explained_by=tuple(data.get("explained_by") or ()),
+            deviations=tuple(data.get("deviations") or ()) if isinstance(data.get("deviations"), list) else (),
             extra=extra,
         )
+
+
+DEVIATIONS_SUMMARY = (
+    "What the cells' engines ran with that is not how the engine ships: a cell's own parameter (cell), a declared "
+    "default of the harness (harness, with its reason) or an environment variable; the engine's own value beside "
+    "it where it could be read. A verdict holds for these settings, not necessarily for the defaults."
+)
+
+
+def deviation_groups(cells: Iterable[CellRecord]) -> list[tuple[str, str, int]]:
+    """(engine, the deviations as one line, number of cells) for every distinct set of deviations, engine by
+    engine: what the renderers list under "Settings that differ from the engines' defaults"."""
+    counts: dict[tuple[str, str], int] = {}
+    for cell in cells:
+        if cell.deviations and cell.ran:
+            key = (cell.engine or "", cell.deviations_text())
+            counts[key] = counts.get(key, 0) + 1
+    return [(engine, text, n) for (engine, text), n in sorted(counts.items())]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,6 +69,29 @@ def engine_versions(fingerprint: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(name, str(packages[name])) for name in ENGINE_PACKAGES if packages.get(name)]
 
 
+def incomplete_installs(runners: Mapping[str, Mapping[str, Any]], max_missing: int = 8) -> list[str]:
+    """One plain sentence per runner and engine its fingerprint's `installs` says is installed without its declared
+    requirements (`complete: false`); none for a complete or unchecked install, or a report written before
+    `installs` existed."""
+    out = []
+    for runner, fingerprint in runners.items():
+        installs = fingerprint.get("installs")
+        if not isinstance(installs, Mapping):
+            continue
+        for engine, install in installs.items():
+            if not isinstance(install, Mapping) or install.get("complete") is not False:
+                continue
+            missing = [one_line(m, 200) for m in install.get("missing") or () if isinstance(m, str)]
+            shown = ", ".join(missing[:max_missing]) or "requirements not listed"
+            if len(missing) > max_missing:
+                shown += f" and {len(missing) - max_missing} more"
+            version = install.get("version")
+            who = one_line(f"{engine} {version}" if isinstance(version, str) and version else engine, 120)
+            out.append(f"{who} on {one_line(runner, 120)} is installed without its declared requirements: {shown}: "
+                       "it picks other backends than a default install")
+    return out
+
+
 def format_params(params: Mapping[str, Any]) -> str:
     """`dtype=bfloat16 tensor_parallel_size=2`: stable, short, one line."""
     return " ".join(f"{k}={plain(v)}" for k, v in params.items())

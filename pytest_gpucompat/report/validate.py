@@ -21,6 +21,7 @@ OUTCOMES: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "skipped"
 SEVERITIES: tuple[str, ...] = ("broken", "degraded", "advice")
 CONFIDENCES: tuple[str, ...] = ("documents", "upstream", "verified")
 ACTIONS: tuple[str, ...] = ("skip", "xfail-strict", "xfail", "annotate")
+DEVIATION_SOURCES: tuple[str, ...] = ("cell", "harness", "environment")
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -106,6 +107,18 @@ def _check_fingerprint(fp: Any, path: str) -> None:
     _optional(fp, path, "env", "object")
     for name, value in (fp.get("env") or {}).items():
         _type(value, _child(_child(path, "env"), name), "string")
+    _optional(fp, path, "installs", "object")
+    for engine, install in (fp.get("installs") or {}).items():
+        ipath = _child(_child(path, "installs"), engine)
+        _type(install, ipath, "object")
+        _optional(install, ipath, "version", "string", "null")
+        _optional(install, ipath, "complete", "boolean", "null")
+        _optional(install, ipath, "missing", "array")
+        for i, item in enumerate(install.get("missing") or ()):
+            _type(item, _child(_child(ipath, "missing"), i), "string")
+        _optional(install, ipath, "acceleration", "object")
+        for name, version in (install.get("acceleration") or {}).items():
+            _type(version, _child(_child(ipath, "acceleration"), name), "string")
     _optional(fp, path, "what_if", "string")
     _optional(fp, path, "host", "string")
     _optional(fp, path, "reasons", "array")
@@ -165,6 +178,18 @@ def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
     _optional(cell, path, "explained_by", "array")
     for i, entry in enumerate(cell.get("explained_by") or ()):
         _check_explanation(entry, _child(_child(path, "explained_by"), i))
+    _optional(cell, path, "deviations", "array")
+    for i, entry in enumerate(cell.get("deviations") or ()):
+        where = _child(_child(path, "deviations"), i)
+        _type(entry, where, "object")
+        for key in ("name", "by"):
+            if key not in entry:
+                raise InvalidField(_child(where, key), "is missing")
+            _type(entry[key], _child(where, key), "string")
+        if entry["by"] not in DEVIATION_SOURCES:
+            known = ", ".join(DEVIATION_SOURCES)
+            raise InvalidField(_child(where, "by"), f"{_show(entry['by'])} is not one of {known}")
+        _optional(entry, where, "why", "string", "null")
     _optional(cell, path, "metrics", "object")
     for name, value in (cell.get("metrics") or {}).items():
         _type(value, _child(_child(path, "metrics"), name), "number", "null")
