@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -64,3 +65,15 @@ def matches(spec: SpecifierSet, version: Version) -> bool:
 def normalize_package(name: str) -> str:
     """``tensorrt_llm`` and ``TensorRT-LLM`` are the same distribution."""
     return canonicalize_name(name)
+
+
+def norm_value(value: Any) -> Any:
+    """Compare parameter values loosely: 16 == 16.0 == "16", "FP8" == "fp8", True == "true" (rule conditions and
+    matrix values, and a cell's setting against an engine's default)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip().lower()

@@ -255,3 +255,22 @@ def test_the_backend_an_engine_process_logged_is_what_ran(monkeypatch: pytest.Mo
     _fake_modules(monkeypatch, {"vllm": {"LLM": LLM, "__version__": "0.0-standin"}})
     info = create("vllm").start(EngineSpec("vllm", "/model", {}))
     assert info.attention_backend == "FLASHINFER"
+
+
+def test_an_engines_own_defaults_are_read_from_its_arguments_dataclass() -> None:
+    import dataclasses
+
+    from pytest_gpucompat.engines.deviations import dataclass_defaults
+
+    @dataclasses.dataclass
+    class Args:
+        gpu_memory_utilization: float = 0.92
+        enforce_eager: bool = False
+        seed: int | None = 0
+        compilation_config: dict = dataclasses.field(default_factory=dict)
+        model: str = dataclasses.field(default="x")
+
+    found = dataclass_defaults(Args, ["gpu_memory_utilization", "enforce_eager", "seed", "compilation_config",
+                                      "no_such_field"])
+    assert found == {"gpu_memory_utilization": 0.92, "enforce_eager": False, "seed": 0}
+    assert dataclass_defaults(object, ["x"]) == {}

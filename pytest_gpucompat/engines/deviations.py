@@ -20,14 +20,16 @@ at start still says what it was started with.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..versions import norm_value
 from .registry import HarnessDefault, descriptor
 
-__all__ = ["Deviation", "deviations", "harness_environment", "harness_settings", "settle"]
+__all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment", "harness_settings", "settle"]
 
 _NOT_SETTINGS = frozenset({"server", "endpoint", "flavor", "model_name", "host", "server_command", "log_path",
                            "api_key", "extra_body", "startup_timeout_s", "request_timeout_s",
@@ -129,14 +131,20 @@ def settle(found: tuple[Deviation, ...], engine_defaults: Mapping[str, Any]) -> 
 
 def _same(value: Any, default: Any) -> bool:
     """`0.9 == 0.9`, `"auto" == "auto"`, `True == "true"`, `16 == 16.0`: loosely, as rules compare values."""
-    return _norm(value) == _norm(default)
+    return bool(norm_value(value) == norm_value(default))
 
 
-def _norm(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value).strip().lower()
+def dataclass_defaults(cls: Any, names: Iterable[str]) -> dict[str, Any]:
+    """An engine's own default for each of ``names`` that is a field of its arguments dataclass (vLLM's EngineArgs,
+    SGLang's ServerArgs) with a plain default; a field whose default a factory makes is left out."""
+    try:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+    except TypeError:
+        return {}
+    out: dict[str, Any] = {}
+    for name in names:
+        found = fields.get(name)
+        if found is not None and found.default is not dataclasses.MISSING:
+            default = found.default
+            out[name] = default if isinstance(default, (bool, int, float, str, type(None))) else str(default)
+    return out

@@ -32,7 +32,7 @@ from typing import Any
 
 from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
-from .deviations import harness_settings
+from .deviations import dataclass_defaults, harness_settings
 
 
 class SGLangEngine:
@@ -120,20 +120,12 @@ class SGLangEngine:
 
 
 def _engine_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's own default for each setting the cell was started with (`ServerArgs` field defaults)."""
+    """SGLang's own default for each setting the cell was started with (`ServerArgs`)."""
     try:
         from sglang.srt.server_args import ServerArgs
-
-        fields = {f.name: f for f in dataclasses.fields(ServerArgs)}
     except Exception:
         return {}
-    out: dict[str, Any] = {}
-    for name in kwargs:
-        found = fields.get(name)
-        if found is not None and found.default is not dataclasses.MISSING:
-            default = found.default
-            out[name] = default if isinstance(default, (bool, int, float, str, type(None))) else str(default)
-    return out
+    return dataclass_defaults(ServerArgs, kwargs)
 
 
 def _generation(item: Mapping[str, Any]) -> Generation:

@@ -39,7 +39,7 @@ from typing import Any
 from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import OwnLog
-from .deviations import harness_environment, harness_settings
+from .deviations import dataclass_defaults, harness_environment, harness_settings
 
 _BACKEND_LINE = re.compile(r"Using (\S+) attention backend")
 
@@ -246,23 +246,13 @@ class VLLMEngine:
 
 
 def _engine_defaults(vllm: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """vLLM's own default for each setting the cell was started with (`EngineArgs` field defaults; a field whose
-    default is made by a factory is left out): what the report compares a deviation with."""
+    """vLLM's own default for each setting the cell was started with (`EngineArgs`): what the report compares a
+    deviation with."""
     try:
-        import dataclasses
-
         from vllm.engine.arg_utils import EngineArgs
-
-        fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
     except Exception:
         return {}
-    out: dict[str, Any] = {}
-    for name in kwargs:
-        found = fields.get(name)
-        if found is not None and found.default is not dataclasses.MISSING:
-            default = found.default
-            out[name] = default if isinstance(default, (bool, int, float, str, type(None))) else str(default)
-    return out
+    return dataclass_defaults(EngineArgs, kwargs)
 
 
 def _mean_pooler(vllm: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..fingerprint import Fingerprint
+from ..versions import norm_value
 from .match import (
     MACHINE_CONDITIONS,
     UNKNOWN,
@@ -30,7 +31,7 @@ from .match import (
     param_names,
     vkey,
 )
-from .schema import Conditions, KnowledgeBase, Rule, norm_value
+from .schema import Conditions, KnowledgeBase, Rule
 
 _MAX_CACHED = 16384  # values per parameter name, and distinct result sets, remembered per knowledge base
 _MAX_FINGERPRINTS = 256  # fingerprints remembered per knowledge base

@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from ..errors import InputError
 from ..inputs import as_text, load_file, text_field
 from ..paths import matrices_dir
-from ..versions import normalize_package, parse_specifier
+from ..versions import norm_value, normalize_package, parse_specifier
 from .schema import (
     CONFIDENCES,
     ENGINES,
@@ -34,7 +34,6 @@ from .schema import (
     ParamCondition,
     Rule,
     Source,
-    norm_value,
 )
 from .signatures import compile_signature
 

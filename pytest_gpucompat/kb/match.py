@@ -18,8 +18,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..fingerprint import Fingerprint
-from ..versions import matches, normalize_package, parse_specifier, parse_version
-from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule, norm_value
+from ..versions import matches, norm_value, normalize_package, parse_specifier, parse_version
+from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule
 
 
 @dataclass(frozen=True)

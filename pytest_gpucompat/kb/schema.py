@@ -113,17 +113,6 @@ class KnowledgeBase:
         return {r.id: r for r in self.rules}
 
 
-def norm_value(value: Any) -> Any:
-    """Compare parameter values loosely: 16 == 16.0 == "16", "FP8" == "fp8", True == "true"."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value).strip().lower()
-
-
 def filter_rules(
     rules: Iterable[Rule], engine: str | None = None, severity: str | None = None, confidence: str | None = None
 ) -> list[Rule]:
