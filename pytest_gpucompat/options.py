@@ -94,6 +94,9 @@ _OPTIONS = (
     Option("baseline", metavar="FILE",
            help="compare with this report at the end; a regression fails the run; a missing FILE is a first run: "
                 "a note says how this run's report becomes it"),
+    Option("allow-missing", action="store_true", default=False,
+           help="with a baseline: cells that passed there and did not run or were not measured here are listed, "
+                "not a regression (by default lost coverage fails the gate)"),
     Option("golden", metavar="PATH",
            help="check every precision cell against the golden outputs in PATH (a directory of golden files, or one "
                 "file) recorded for the same model and prompts on any runner; another model, tokenizer or prompt "
@@ -123,12 +126,12 @@ _OPTIONS = (
 OPTIONS = {o.name: o for o in _OPTIONS}
 
 PYTEST = ("env", "kb", "no-builtin-rules", "run-known-bad", "timeout", "log-dir", "model", "endpoint", "report",
-          "baseline", "compare-fail", "runner", "golden", "record-golden", "prompts", "workers-per-gpu",
-          "gpu-wait", "gpu-budget")
+          "baseline", "compare-fail", "allow-missing", "runner", "golden", "record-golden", "prompts",
+          "workers-per-gpu", "gpu-wait", "gpu-budget")
 """The options of ``pytest --gpucompat``, as ``--gpucompat-NAME``."""
 
 CLI = {"env": ("runner", "topology"), "check": ("env", "kb", "no-builtin-rules"), "rules": ("kb", "no-builtin-rules"),
-       "diff": ("compare-fail",), "explain": ("kb", "no-builtin-rules"), "golden": ("golden",)}
+       "diff": ("compare-fail", "allow-missing"), "explain": ("kb", "no-builtin-rules"), "golden": ("golden",)}
 """The options of each ``gpucompat`` command, as ``--NAME``."""
 
 
@@ -176,6 +179,7 @@ class Settings:
     report: str | None = None
     baseline: str | None = None
     compare_fail: tuple[str, ...] = ()
+    allow_missing: bool = False
     golden: str | None = None
     record_golden: str | None = None
     prompts: str | None = None
@@ -201,7 +205,8 @@ class Settings:
             no_builtin_rules=bool(opt("no-builtin-rules")), runner=opt("runner"),
             run_known_bad=bool(opt("run-known-bad")), timeout=float(opt("timeout")), log_dir=log_path,
             model=tuple(opt("model") or ()), endpoint=opt("endpoint"), report=opt("report"), baseline=opt("baseline"),
-            compare_fail=tuple(opt("compare-fail") or ()), golden=opt("golden"), record_golden=opt("record-golden"),
+            compare_fail=tuple(opt("compare-fail") or ()), allow_missing=bool(opt("allow-missing")),
+            golden=opt("golden"), record_golden=opt("record-golden"),
             prompts=opt("prompts"), workers_per_gpu=opt("workers-per-gpu"),
             gpu_wait=float(opt("gpu-wait")), gpu_budget=float(opt("gpu-budget")),
         )

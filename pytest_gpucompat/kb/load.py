@@ -49,7 +49,16 @@ _OPERATOR_START = ("<", ">", "=", "!", "~")
 
 
 def builtin_rule_files() -> list[Path]:
-    return sorted((matrices_dir() / "rules").glob("*.y*ml"))
+    """The rule files of the matrices directory. A directory named by GPUCOMPAT_MATRICES_DIR that holds none (a
+    typo, an empty folder, a team's thresholds without rules) is an error: the knowledge base would be empty and
+    every machine would read "no known problems"."""
+    directory = matrices_dir()
+    files = sorted((directory / "rules").glob("*.y*ml"))
+    if not files and os.environ.get("GPUCOMPAT_MATRICES_DIR"):
+        state = "does not exist" if not directory.is_dir() else "has no rule files under rules/"
+        raise InputError(str(directory), "GPUCOMPAT_MATRICES_DIR",
+                         f"{state}: the knowledge base would be empty (copy the shipped matrices/ there, or unset it)")
+    return files
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:

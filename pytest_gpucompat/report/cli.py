@@ -109,8 +109,10 @@ def cmd_diff(
     baseline: str | os.PathLike[str],
     current: str | os.PathLike[str],
     fail_on: Sequence[str] | None = None,
+    allow_missing: bool = False,
 ) -> int:
-    """Compare current with baseline: exit 1 on a regression, 0 when none, 2 on bad input.
+    """Compare current with baseline: exit 1 on a regression (lost coverage included unless `allow_missing`), 0
+    when none, 2 on bad input.
 
     A missing baseline is bad input too (a gate with nothing to compare must not pass), with the first run's way
     out in the message; so is a threshold on a metric neither report nor the registry knows.
@@ -131,7 +133,7 @@ def cmd_diff(
         check_thresholds(thresholds, old, new)
     except (ReportError, ValueError) as exc:
         return _error("diff", str(exc))
-    result = diff_reports(old, new, thresholds)
+    result = diff_reports(old, new, thresholds, allow_missing=allow_missing)
     sys.stdout.write(format_diff(result))
     return EXIT_REGRESSED if result.regressed else EXIT_OK
 
@@ -215,7 +217,7 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def _run_diff(args: argparse.Namespace) -> int:
-    return cmd_diff(args.baseline, args.current, args.compare_fail or [])
+    return cmd_diff(args.baseline, args.current, args.compare_fail or [], allow_missing=args.allow_missing)
 
 
 def _run_explain(args: argparse.Namespace) -> int:

@@ -344,7 +344,7 @@ class ReportCollector:
         if base is None:
             self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
             return 0
-        result = diff_reports(base, current, thresholds)
+        result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing)
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 

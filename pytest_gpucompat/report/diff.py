@@ -103,8 +103,10 @@ def known_metrics(*reports: Report) -> set[str]:
 
 def check_thresholds(thresholds: Iterable[Threshold], *reports: Report) -> None:
     """One-line ValueError for a threshold that cannot gate anything: a metric neither the registry nor `reports`
-    know (a typo would compare nothing and pass), or a sign that calls the better direction a regression."""
+    know (a typo would compare nothing and pass), one that no cell of `reports` recorded (it would compare nothing
+    either), or a sign that calls the better direction a regression."""
     known = known_metrics(*reports)
+    recorded = {m for report in reports for cell in report.cells for m, v in cell.metrics.items() if v is not None}
     for threshold in thresholds:
         name = threshold.metric
         if name not in known:
@@ -113,6 +115,9 @@ def check_thresholds(thresholds: Iterable[Threshold], *reports: Report) -> None:
             raise ValueError(
                 f"unknown metric {name!r} in {threshold.expr!r}{hint}; known metrics: {', '.join(sorted(known))}"
             )
+        if reports and name not in recorded:
+            raise ValueError(f"{threshold.expr!r}: no cell of the compared reports recorded {name}, so it would "
+                             f"gate nothing; recorded: {', '.join(sorted(recorded)) or 'none'}")
         better = METRICS[name].better if name in METRICS else None
         if (better == "higher" and threshold.direction > 0) or (better == "lower" and threshold.direction < 0):
             worse = "-" if better == "higher" else "+"
@@ -139,7 +144,7 @@ class Change:
     key: str
     nodeid: str
     runner: str
-    kind: Literal["outcome", "metric"]
+    kind: Literal["outcome", "metric", "coverage"]
     before: str
     after: str
     detail: str = ""
@@ -182,10 +187,16 @@ class DiffResult:
     new_cells: tuple[str, ...] = ()
     missing_cells: tuple[str, ...] = ()
     compared: int = 0
+    lost: tuple[Change, ...] = ()
+    """Coverage the baseline had and this run has not: a cell that passed there and is now skipped, not covered or
+    absent, or a figure a threshold gates that a passed cell no longer records. A regression unless allowed."""
+    incomplete: str | None = None
+    """Why the current report cannot stand for a whole run (interrupted, no cell): a regression."""
+    allow_missing: bool = False
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regressions or self.new_broken)
+        return bool(self.regressions or self.new_broken or self.incomplete or (self.lost and not self.allow_missing))
 
     @property
     def clean(self) -> bool:
@@ -197,6 +208,8 @@ class DiffResult:
             or self.stale_rules
             or self.new_cells
             or self.missing_cells
+            or self.lost
+            or self.incomplete
         )
 
 
@@ -364,13 +377,16 @@ def _with_output_drift(before: CellRecord, after: CellRecord) -> tuple[CellRecor
             replace(after, metrics={**after.metrics, **compared.figures}))
 
 
-def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = ()) -> DiffResult:
-    """Regressions, improvements, new broken findings, newly stale rules, new and missing cells.
+def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = (),
+                 allow_missing: bool = False) -> DiffResult:
+    """Regressions, improvements, new broken findings, newly stale rules, new and missing cells, lost coverage.
 
-    A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a figure
-    worse beyond one of `thresholds` and beyond the runs' noise (module doc), or (in `new_broken`) a finding of
-    severity broken the baseline's cell did not have. Stale rules are listed when the current report has them and
-    the baseline did not.
+    A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a new cell that
+    fails or errors (a failing cell renamed is not a clean run), a figure worse beyond one of `thresholds` and
+    beyond the runs' noise (module doc), or (in `new_broken`) a finding of severity broken the baseline's cell did
+    not have. Lost coverage (`lost`) is a regression unless `allow_missing`: a gate must not pass because the
+    cells that could fail did not run. A current report that was interrupted or has no cell is a regression too.
+    Stale rules are listed when the current report has them and the baseline did not.
     """
     limits = tuple(thresholds)
     by_runner, only_base, only_cur, matching = _keying(baseline, current)
@@ -382,6 +398,24 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
     within_noise: list[Change] = []
     new_broken: list[NewFinding] = []
     base_broken_ids = {f.id for c in base.values() for f in c.findings if f.severity == "broken"}
+
+    lost: list[Change] = []
+    gated = {t.metric for t in limits}
+    for key, before in base.items():
+        after = cur.get(key)
+        if before.outcome not in GOOD:
+            continue
+        if after is None:
+            lost.append(Change(key, before.nodeid, before.runner, "coverage", before.outcome, "absent",
+                               detail="the cell is not in this run"))
+        elif not after.ran:
+            lost.append(Change(key, after.nodeid, after.runner, "coverage", before.outcome, after.outcome,
+                               detail=" ".join((after.reason or "").split())[:200]))
+        elif after.outcome in GOOD:
+            for metric in sorted(gated):
+                if before.metrics.get(metric) is not None and after.metrics.get(metric) is None:
+                    lost.append(Change(key, after.nodeid, after.runner, "metric", _num(before.metrics[metric]),
+                                       "not recorded", metric=metric, detail="a gated figure this cell had"))
 
     for key, after in cur.items():
         before = base.get(key)
@@ -399,6 +433,9 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
                     )
                 )
         if before is None:
+            if after.outcome in BAD:  # no baseline to say it was fine: a failing cell is a failing cell
+                regressions.append(Change(key, after.nodeid, after.runner, "outcome", "absent", after.outcome,
+                                          detail=" ".join((after.reason or "").split())[:300]))
             continue
         if before.outcome in GOOD and after.outcome in BAD:
             regressions.append(
@@ -431,7 +468,19 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         new_cells=tuple(k for k in cur if k not in base),
         missing_cells=tuple(k for k in base if k not in cur),
         compared=sum(1 for k in cur if k in base),
+        lost=tuple(lost),
+        incomplete=_incomplete(current),
+        allow_missing=allow_missing,
     )
+
+
+def _incomplete(current: Report) -> str | None:
+    if not current.cells:
+        return "the current report has no cell"
+    if current.interrupted:
+        ran = sum(1 for c in current.cells if c.ran)
+        return f"the current run was interrupted ({ran} of {len(current.cells)} cells ran)"
+    return None
 
 
 def _section(title: str, lines: Sequence[str], limit: int) -> list[str]:
@@ -455,7 +504,12 @@ def _change_line(change: Change) -> str:
 def format_diff(result: DiffResult, limit: int = 50) -> str:
     """Human-readable diff for a terminal or a CI log; the first line is the verdict."""
     if result.regressed:
-        verdict = f"REGRESSED: {len(result.regressions)} regression(s), {len(result.new_broken)} new broken finding(s)"
+        parts = [f"{len(result.regressions)} regression(s)", f"{len(result.new_broken)} new broken finding(s)"]
+        if result.lost and not result.allow_missing:
+            parts.append(f"{len(result.lost)} lost (passed in the baseline, not run or not measured now)")
+        if result.incomplete:
+            parts.append(result.incomplete)
+        verdict = "REGRESSED: " + ", ".join(parts)
     elif result.clean:
         verdict = "clean: no differences"
     else:
@@ -464,6 +518,9 @@ def format_diff(result: DiffResult, limit: int = 50) -> str:
         verdict += f"; {len(result.within_noise)} change(s) beyond a threshold but within the runs' noise"
     lines = [f"gpucompat diff: {verdict}", f"{result.compared} cell(s) compared {result.matching}"]
     lines += _section("Regressions", [_change_line(c) for c in result.regressions], limit)
+    lost_title = "Lost coverage" + (" (allowed: --allow-missing)" if result.allow_missing else
+                                    " (a regression; --allow-missing accepts it)")
+    lines += _section(lost_title, [_change_line(c) for c in result.lost], limit)
     lines += _section(
         "New broken findings",
         [
