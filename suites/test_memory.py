@@ -23,11 +23,13 @@ from pytest_gpucompat import (
     engine_spec,
     fixed_prompts,
     left_behind,
+    left_running,
     memory_verdict,
     model_vocab_size,
     one_process_run,
     owner_scope,
     settle,
+    stop_left_running,
 )
 
 PROCESS_RUNS = int(os.environ.get("GPUCOMPAT_PROCESS_RUNS", "3"))
@@ -92,13 +94,17 @@ def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_mod
         before = device_snapshot(0, scope)
         if before is None:
             pytest.skip("NVML gives no device memory figure on this GPU")
-        while_up, lefts = [], []
-        for _ in range(PROCESS_RUNS):
-            up = gpucompat_isolated(one_process_run, spec, prompts, 8)
-            while_up.append(up.get("nvml_process_mib") or 0.0)
-            after = device_snapshot(0, scope)
-            if after is not None:
-                lefts.append(left_behind(before, after))
+        while_up, lefts, found = [], [], []
+        try:
+            for _ in range(PROCESS_RUNS):
+                up = gpucompat_isolated(one_process_run, spec, prompts, 8)
+                while_up.append(up.get("nvml_process_mib") or 0.0)
+                after = device_snapshot(0, scope)
+                if after is not None:
+                    lefts.append(left_behind(before, after))
+            found = left_running(scope)
+        finally:  # what the engine left running is stopped (same start time: never a recycled pid), not left on the GPU
+            stop_left_running(found or left_running(scope))
     worst = max(lefts, key=lambda x: x.blamed_mib)
     gpucompat_record("device_used_before_mib", before.used_mib)
     gpucompat_record("process_mib_while_up", max(while_up))
@@ -111,4 +117,6 @@ def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_mod
         f"processes: still running {describe_processes(worst.ours)}; {worst.unexplained_growth_mib:.0f} MiB held "
         f"by no live process (before {before.used_mib:.0f} MiB); other processes' growth, not blamed: "
         f"{worst.others_growth_mib:.0f} MiB ({describe_processes(worst.others)})"
+        + ("; left running after the runs (now stopped): " + ", ".join(
+            f"pid {p['pid']} ({p['command']})" for p in found) if found else "")
     )

@@ -274,3 +274,4 @@ def test_an_engines_own_defaults_are_read_from_its_arguments_dataclass() -> None
                                       "no_such_field"])
     assert found == {"gpu_memory_utilization": 0.92, "enforce_eager": False, "seed": 0}
     assert dataclass_defaults(object, ["x"]) == {}
+

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import linecache
 import os
+import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -160,14 +161,26 @@ def unit_vector(values: Sequence[Any]) -> list[float]:
     return [x / norm for x in vec] if norm > 0 else vec
 
 
+_HEADER_ONLY = re.compile(r"^\d+ validation errors? for \S+$")
+_CAUSE_LIMIT = 600
+
+
 def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes. An exception
+    """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes; a first line
+    that is only a header ("1 validation error for ModelConfig") is followed by the lines naming the cause. An exception
     without a message (a bare `assert` deep in an engine) says where it was raised instead: `AssertionError at
     vllm/v1/worker/gpu/attn_utils.py:232: assert kv_cache_shape[0] == num_blocks`, as failures.last_error reads it
     from a log."""
-    text = str(exc).strip().splitlines()
-    first = text[0].strip() if text else ""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
     name = type(exc).__name__
+    rest = [line for line in lines[1:] if not line.startswith("For further information")]
+    if first and rest and (first.endswith(":") or _HEADER_ONLY.match(first)):
+        # a header that says nothing by itself ("1 validation error for ModelConfig"): the lines that name the
+        # field and the cause follow it; keep them, bounded (the whole traceback stays in the engine's log)
+        first = f"{first.rstrip(':')}: {'; '.join(rest[:6])}"
+        if len(first) > _CAUSE_LIMIT:
+            first = first[: _CAUSE_LIMIT - 1] + "…"
     if first:
         return f"{name}: {first}"
     where = raised_at(exc)
