@@ -8,8 +8,10 @@ restored at unconfigure.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,3 +37,17 @@ def uninstall(config: pytest.Config) -> None:
         return
     signal.signal(signal.SIGTERM, previous)
     del config.stash[_previous]
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (then they are delivered as usual): the final report is written
+    whole or not started, never cut in the middle and lost. Main thread only (elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -14,3 +14,33 @@ def test_a_failure_whose_first_line_is_only_a_header_keeps_the_cause() -> None:
     assert "derived max_model_len (512)" in text and "pydantic.dev" not in text and "\n" not in text
     assert one_line(RuntimeError("plain first line\nsecond")) == "RuntimeError: plain first line"
     assert len(one_line(ValueError("3 validation errors for X\n" + "\n".join(["y" * 300] * 6)))) < 700
+
+
+def test_a_sigterm_during_the_final_report_write_waits_for_the_whole_file(pytester) -> None:  # type: ignore[no-untyped-def]
+    """The signal arrives while the report is being written: the file is whole, every cell in it."""
+    import json
+
+    pytester.makeconftest('''
+import os, signal, time
+import pytest_gpucompat.report.io as io
+
+_real = io.write_report_atomic
+
+def _interrupted_write(report, path):
+    os.kill(os.getpid(), signal.SIGTERM)  # what CI's timeout sends, right when the final write starts
+    time.sleep(0.3)
+    return _real(report, path)
+
+io.write_report_atomic = _interrupted_write
+''')
+    pytester.makepyfile(test_cells='''
+import pytest
+
+@pytest.mark.gpucompat(engine="hf", params={"a": ["a1", "a2", "a3"]})
+def test_cell(gpucompat_cell):
+    pass
+''')
+    pytester.runpytest_subprocess("--gpucompat", "--gpucompat-report", "r.json", "-p", "no:cacheprovider",
+                                  timeout=120)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [c["outcome"] for c in report["cells"]] == ["passed"] * 3

@@ -7,6 +7,7 @@ end, also on Ctrl-C, so nothing that ran is lost.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ..interrupt import signals_held
 from ..state import NOT_COVERED, RunState, cell_key
 from .lock import ReportLock
 from .text import first_line
@@ -275,23 +277,26 @@ class ReportCollector:
         # collector would otherwise walk the whole session's heap (every test report pytest keeps) many times.
         gc_was_enabled = gc.isenabled()
         gc.disable()
-        try:
-            report = self.build(exitstatus, partial)
-            if partial:
-                write_text_atomic(self.path, json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n")
-                self._checkpoint = (len(self.cells), time.time())
-            else:
-                write_report_atomic(report, self.path)
-        except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
-            self._last_write = time.monotonic()  # the next checkpoint waits as usual
-            if not partial:
-                from .io import write_failure_message
+        # the final write holds Ctrl-C and SIGTERM until the file is whole: a signal in the middle lost the report
+        with contextlib.nullcontext() if partial else signals_held():
+            try:
+                report = self.build(exitstatus, partial)
+                if partial:
+                    text = json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n"
+                    write_text_atomic(self.path, text)
+                    self._checkpoint = (len(self.cells), time.time())
+                else:
+                    write_report_atomic(report, self.path)
+            except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
+                self._last_write = time.monotonic()  # the next checkpoint waits as usual
+                if not partial:
+                    from .io import write_failure_message
 
-                sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
-            return False
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+                    sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
+                return False
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
         self._last_write = time.monotonic()
         if partial:
             self._write_s_per_cell = (self._last_write - start) / max(1, len(self.cells))
