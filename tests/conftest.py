@@ -1,7 +1,10 @@
 import contextlib
 import importlib
 import importlib.util
+import os
+import site
 import sys
+import sysconfig
 
 import pytest
 from _pytest.pytester import SysModulesSnapshot
@@ -18,12 +21,23 @@ for _name in ("yaml", "numpy", "torch"):
 # What a run imports later is kept too: torch registers an operator library the first time some of its submodules
 # are imported (transformers imports torch.distributed.tensor to save a model), and tokenizers and safetensors are
 # Rust extensions; each of them fails when imported a second time in one process.
+# Not only those: any installed library may do the same (a transformers release began importing its `kernels`
+# package, whose second import failed every in-process run after the first), so every module imported from an
+# installed distribution is kept; only the runs' own test files and conftests are dropped.
 _KEEP = frozenset({"yaml", "numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub"})
+_INSTALLED = tuple(sorted({os.path.realpath(p) + os.sep for p in (
+    *site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"],
+    sysconfig.get_paths()["platlib"])}))
 _restore = SysModulesSnapshot.restore
 
 
+def _installed(module: object) -> bool:
+    path = getattr(module, "__file__", None)
+    return isinstance(path, str) and os.path.realpath(path).startswith(_INSTALLED)
+
+
 def _restore_keeping_extensions(self: SysModulesSnapshot) -> None:
-    kept = {name: mod for name, mod in sys.modules.items() if name.partition(".")[0] in _KEEP}
+    kept = {name: mod for name, mod in sys.modules.items() if name.partition(".")[0] in _KEEP or _installed(mod)}
     _restore(self)
     sys.modules.update(kept)
 

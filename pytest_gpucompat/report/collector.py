@@ -321,7 +321,7 @@ class ReportCollector:
         exprs = self.state.settings.compare_fail
         if not baseline:
             return
-        from .diff import check_thresholds, parse_threshold
+        from .thresholds import check_thresholds, parse_threshold
         from .io import load_report
         from .model import ReportError
 

@@ -18,115 +18,23 @@ Pure functions: nothing here reads files or clocks.
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from .. import outputs
-from ..metrics import METRICS, spread_name
+from ..metrics import spread_name
 from . import cross
 from .model import CellRecord, FindingRecord, Report
+from .thresholds import Threshold, check_thresholds, known_metrics, parse_threshold
+
+__all__ = ["DiffResult", "Threshold", "check_thresholds", "diff_reports", "format_diff", "known_metrics",
+           "missing_baseline_note", "parse_threshold", "stale_rules"]
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})
 BAD = frozenset({"failed", "error"})
 _SERIOUSNESS = ("not-covered", "skipped", "passed", "xpassed", "xfailed", "failed", "error")
-
-_THRESHOLD = re.compile(
-    r"[ \t]*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*:[ \t]*(?P<sign>[+-])[ \t]*"
-    r"(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*(?P<pct>%)?[ \t]*"
-)
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """`metric:-10%`: worse = lower, by more than 10 %; `metric:+1`: worse = higher, by more than 1 (absolute)."""
-
-    metric: str
-    direction: int  # +1: a rise is bad, -1: a drop is bad
-    amount: float
-    relative: bool
-    expr: str
-
-    def __str__(self) -> str:
-        sign = "+" if self.direction > 0 else "-"
-        return f"{self.metric}:{sign}{self.amount:g}{'%' if self.relative else ''}"
-
-    def change(self, before: float, after: float) -> float:
-        """Change in the threshold's unit (percent of |before| or absolute); inf when before is 0 and after not."""
-        delta = after - before
-        if not self.relative:
-            return delta
-        if before == 0:
-            return 0.0 if delta == 0 else math.copysign(math.inf, delta)
-        return delta / abs(before) * 100.0
-
-    def judge(self, before: float, after: float) -> Literal["regression", "improvement"] | None:
-        """Worse beyond the threshold is a regression, better beyond it an improvement, anything else nothing."""
-        moved = self.change(before, after) * self.direction
-        if moved > self.amount:
-            return "regression"
-        if moved < -self.amount:
-            return "improvement"
-        return None
-
-
-def parse_threshold(expr: str) -> Threshold:
-    """Parse `METRIC:+N`, `METRIC:-N`, `METRIC:+N%` or `METRIC:-N%`; anything else is a one-line ValueError."""
-    match = _THRESHOLD.fullmatch(expr or "")
-    if not match:
-        raise ValueError(
-            f"bad threshold {expr!r}: expected METRIC:+N or METRIC:-N, optionally with %, "
-            f"e.g. tokens_per_s:-10% or leak_mib_per_cycle:+1"
-        )
-    amount = float(match["amount"])
-    return Threshold(
-        metric=match["metric"],
-        direction=1 if match["sign"] == "+" else -1,
-        amount=amount,
-        relative=bool(match["pct"]),
-        expr=expr.strip(),
-    )
-
-
-def known_metrics(*reports: Report) -> set[str]:
-    """The registry's metrics and every metric some cell of `reports` recorded (user suites record their own)."""
-    known = set(METRICS)
-    for report in reports:
-        for cell in report.cells:
-            known.update(cell.metrics)
-    return known
-
-
-def check_thresholds(thresholds: Iterable[Threshold], *reports: Report) -> None:
-    """One-line ValueError for a threshold that cannot gate anything: a metric neither the registry nor `reports`
-    know (a typo would compare nothing and pass), one that no cell of `reports` recorded (it would compare nothing
-    either), or a sign that calls the better direction a regression."""
-    known = known_metrics(*reports)
-    recorded = {m for report in reports for cell in report.cells for m, v in cell.metrics.items() if v is not None}
-    for threshold in thresholds:
-        name = threshold.metric
-        if name not in known:
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            raise ValueError(
-                f"unknown metric {name!r} in {threshold.expr!r}{hint}; known metrics: {', '.join(sorted(known))}"
-            )
-        if reports and name not in recorded:
-            raise ValueError(f"{threshold.expr!r}: no cell of the compared reports recorded {name}, so it would "
-                             f"gate nothing; recorded: {', '.join(sorted(recorded)) or 'none'}")
-        better = METRICS[name].better if name in METRICS else None
-        if (better == "higher" and threshold.direction > 0) or (better == "lower" and threshold.direction < 0):
-            worse = "-" if better == "higher" else "+"
-            raise ValueError(
-                f"{threshold.expr!r}: {better} {name} is better, so a regression is a "
-                f"{'drop' if worse == '-' else 'rise'}: write {name}:{worse}{threshold.amount:g}"
-                f"{'%' if threshold.relative else ''}"
-            )
-
 
 def missing_baseline_note(baseline: str, report: str | None) -> str:
     """What to do on a first run, when the baseline does not exist yet: this run's report becomes it."""
