@@ -25,9 +25,11 @@ for _name in ("yaml", "numpy", "torch"):
 # package, whose second import failed every in-process run after the first), so every module imported from an
 # installed distribution is kept; only the runs' own test files and conftests are dropped.
 _KEEP = frozenset({"yaml", "numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub"})
+_HERE = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir)) + os.sep
 _INSTALLED = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     *site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"],
-    sysconfig.get_paths()["platlib"])}))
+    sysconfig.get_paths()["platlib"], *(e for e in sys.path if e and os.path.isdir(e)))
+    if not (os.path.realpath(p) + os.sep).startswith(_HERE)}))
 _restore = SysModulesSnapshot.restore
 
 
