@@ -321,9 +321,9 @@ class ReportCollector:
         exprs = self.state.settings.compare_fail
         if not baseline:
             return
-        from .thresholds import check_thresholds, parse_threshold
         from .io import load_report
         from .model import ReportError
+        from .thresholds import check_thresholds, parse_threshold
 
         try:
             thresholds = [parse_threshold(e) for e in exprs]
