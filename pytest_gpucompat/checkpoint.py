@@ -16,7 +16,9 @@ import hashlib
 import json
 import math
 import os
+import stat
 import struct
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -268,16 +270,25 @@ def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None)
     root = (cache if cache is not None else cache_dir()) / "identity"
     entry = root / f"{_stamp(path)}.json"
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        st = os.lstat(entry)  # the cache may be shared: only a regular file of this user is believed
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise ValueError(entry)
         data = json.loads(entry.read_text(encoding="utf-8"))
         return ModelIdentity(name=path.name, weights=data["weights"], config=data["config"],
                              tokenizer=data["tokenizer"])
     identity = ModelIdentity(name=path.name, weights=weights_digest(path), config=config_digest(path),
                              tokenizer=tokenizer_digest(path))
     with contextlib.suppress(OSError):
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(identity.to_dict(), sort_keys=True), encoding="utf-8")
-        os.replace(tmp, entry)
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{entry.stem}.", suffix=".tmp")  # O_EXCL: no planted link
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(identity.to_dict(), sort_keys=True))
+            os.replace(tmp, entry)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     return identity
 
 

@@ -179,7 +179,12 @@ def record(directory: str | os.PathLike[str], golden: GoldenFile) -> Path:
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     path = root / file_name(golden.model.name, golden.prompts_name)
+    from .report.io import target_problem
+
     with _locked(root):
+        problem = target_problem(path)
+        if problem is not None:  # a symlink or a device planted at the name: never replaced
+            raise InputError(str(path), None, problem)
         merged = golden
         if path.is_file():
             old = load_golden(path)

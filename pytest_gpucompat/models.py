@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import cache_dir as _default_cache_root
+from .paths import check_cache_entry
 
 FORMAT_VERSION = 3
 """Bumped whenever the on-disk layout or the built models change, so old cache entries are not reused (3: the tiny
@@ -263,10 +264,14 @@ def build_perturbed_model(
 
 
 def _build_once(final: Path, write: Callable[[Path], None]) -> Path:
-    """``final`` if it is already built; else ``write`` into a temporary directory next to it, then publish it."""
+    """``final`` if it is already built; else ``write`` into a temporary directory next to it, then publish it.
+
+    The cache may be shared: a built directory is only reused when it is this user's and no one else may write to
+    it (a model planted there would be loaded, and its code or weights trusted); else ValueError, one line."""
+    check_cache_entry(final, "cached model")
     if (final / "config.json").is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         write(tmp)
@@ -278,12 +283,13 @@ def _build_once(final: Path, write: Callable[[Path], None]) -> Path:
 
 
 def _publish(tmp: Path, final: Path) -> None:
-    """Atomic rename; losing the race to another worker is fine, its directory is identical."""
+    """Atomic rename; losing the race to another worker is fine, its directory is identical (and checked)."""
     try:
         os.rename(tmp, final)
     except OSError:
         if not (final / "config.json").is_file():
             raise
+        check_cache_entry(final, "cached model")
 
 
 def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, dtype: str = "float32") -> None:

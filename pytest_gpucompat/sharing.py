@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -45,14 +46,18 @@ __all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node
            "share_for", "setup_worker"]
 
 SHARE_DIR = "gpucompat_share_dir"  # workerinput key: the ledger's directory
+SHARE_TOKEN = "gpucompat_share_token"  # workerinput key: the run's secret owner token
 RUN_ENV = "GPUCOMPAT_SHARED_RUN"
-"""Set in each sharing worker to the ledger's directory: every process it starts inherits it, so NVML's processes
-can be told apart from strangers' even when re-parented."""
+"""Set in each sharing worker to the run's owner token, a random secret the controller hands its workers through
+xdist's workerinput (never a path others can see): every process a worker starts inherits it, so NVML's processes
+can be told apart from strangers' even when re-parented. A process counts as the run's only when it also runs as
+this user (``carries_token``)."""
 MEASURED_UNDER_SHARING = "measured_under_sharing"
 BUDGET_TTL_S = 1.0
 
 _share_key = pytest.StashKey["GpuShare"]()
 _dir_key = pytest.StashKey[str]()
+_token_key = pytest.StashKey[str]()
 _pools_key = pytest.StashKey[list["EnginePool"]]()
 
 
@@ -66,7 +71,9 @@ def configure_node(config: pytest.Config, node: Any) -> None:
         return
     if _dir_key not in config.stash:
         config.stash[_dir_key] = tempfile.mkdtemp(prefix="gpucompat-share-")  # 0700, ours
+        config.stash[_token_key] = secrets.token_hex(16)
     node.workerinput[SHARE_DIR] = config.stash[_dir_key]
+    node.workerinput[SHARE_TOKEN] = config.stash[_token_key]
     node.workerinput[WORKERS_PER_GPU] = workers_per_gpu(config)
 
 
@@ -87,6 +94,11 @@ def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str],
     if not directory or not pinned:
         return
     say = say or _stderr_line(str(workerinput.get("workerid", "worker")))
+    token = workerinput.get(SHARE_TOKEN)
+    problem = _share_dir_problem(str(directory)) if token else "the controller handed no owner token"
+    if problem is not None:
+        say(f"not sharing the GPU: {problem}; its cells run as if the GPU were theirs alone")
+        return
     gpus = tuple(v.strip() for v in str(pinned).split(",") if v.strip())
     known = {}
     for gpu in fpmod.collect().gpus:
@@ -102,11 +114,22 @@ def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str],
     from .options import Settings
 
     settings = Settings.from_pytest(config)
-    os.environ[RUN_ENV] = str(directory)
+    os.environ[RUN_ENV] = str(token)
     ledger = Ledger(directory)
     ledger.join()
     gate = StartGate(directory, gpus, settings.gpu_wait)
     config.stash[_share_key] = GpuShare(config, ledger, gate, totals, settings.gpu_budget, settings.gpu_wait, say)
+
+
+def _share_dir_problem(directory: str) -> str | None:
+    """Why the ledger's directory cannot be trusted (a symlink, another user's, open to others), or None."""
+    from .engines.processes import _check_private
+
+    try:
+        _check_private(Path(directory))
+    except OSError as exc:
+        return f"{directory} is not a private directory of this user ({exc.strerror or 'refused'})"
+    return None
 
 
 def _stderr_line(worker: str) -> Callable[[str], None]:

@@ -98,16 +98,16 @@ def pytest_gpucompat_cell_exclusive(config, item):
 
         from pytest_gpucompat import EngineSpec
 
-        def held():
-            with open(os.path.join(os.environ["GPUCOMPAT_SHARED_RUN"], "ledger.json")) as fh:
+        def held(config):
+            with open(os.path.join(config.workerinput["gpucompat_share_dir"], "ledger.json")) as fh:
                 return [(e["what"], e["mib"]) for e in json.load(fh)["entries"] if e["held"]]
 
-        def test_alone():
-            assert held() == [("exclusive test test_hooked.py::test_alone", None)]
+        def test_alone(pytestconfig):
+            assert held(pytestconfig) == [("exclusive test test_hooked.py::test_alone", None)]
 
-        def test_engine(gpucompat_pool):
+        def test_engine(gpucompat_pool, pytestconfig):
             gpucompat_pool.get(EngineSpec(engine="fake_engine:Engine", model="m", params={"isolated": False}))
-            assert held() == [("fake_engine:Engine on m", 250.0)]
+            assert held(pytestconfig) == [("fake_engine:Engine on m", 250.0)]
     """)
     result = pytester.runpytest("--gpucompat", "-n", "1", "--gpucompat-workers-per-gpu", "2", "-p", "no:randomly")
     result.assert_outcomes(passed=2)

@@ -112,9 +112,23 @@ def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
     return False
 
 
+def process_uid(pid: int) -> int | None:
+    """The real user id of a process (/proc/PID/status), None when it is gone or /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def carries_token(pid: int, token: str, name: str = OWNER_ENV) -> bool:
-    """Whether the process's environment holds our owner token as ``name`` (unreadable environments: no)."""
-    if not token:
+    """Whether the process runs as this user and its environment holds our owner token as ``name`` (unreadable
+    environments: no). A process of another user never counts as ours, whatever its environment says (as root,
+    every process's environment is readable, and a token someone learned could be copied into one)."""
+    if not token or process_uid(pid) != os.getuid():
         return False
     needle = f"{name}={token}".encode()
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import Unsupported, create, one_line
 from .base import Engine, EngineFailed, EngineUnavailable
-from .processes import death_signal_preexec, process_group, signal_group, state_dir
+from .processes import append_log, death_signal_preexec, process_group, signal_group, state_dir
 from .registry import engine_environment
 
 _CHILD: dict[str, Any] = {"conn": None, "log": None, "groups": [], "lock": threading.Lock()}
@@ -94,7 +94,7 @@ def _watch_parent(parent_pid: int, period_s: float = 0.2) -> None:
 
 
 def _redirect_output(log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = append_log(log_path)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

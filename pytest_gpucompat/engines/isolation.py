@@ -107,7 +107,11 @@ class IsolatedEngine:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        open_log(self.log_path)
+        try:
+            open_log(self.log_path)
+        except OSError as exc:  # a symlink, a FIFO or another user's file at the log's name
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise EngineFailed(f"cannot open the engine log {where}{exc.strerror or exc}") from None
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=child_main,

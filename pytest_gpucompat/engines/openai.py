@@ -42,7 +42,7 @@ from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunIn
 from .child import register_process_group, side_file
 from .deviations import harness_environment
 from .failures import engine_failed, exit_status
-from .processes import ProcessGroup, death_signal_preexec, kill_groups, process_group
+from .processes import ProcessGroup, append_log, death_signal_preexec, kill_groups, process_group
 from .registry import descriptor, server_names
 from .servers import (
     COMMAND,
@@ -155,7 +155,7 @@ class OpenAIEngine:
             env[key] = value
         self._log_path = Path(params["log_path"]) if params.get("log_path") else side_file(f"{server}-server")
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._log_path, "ab") as log:
+        with os.fdopen(append_log(self._log_path), "ab") as log:  # no symlink, FIFO or stranger's file: 0600
             log.write(("[gpucompat] " + " ".join(cmd) + "\n").encode())
             log.flush()
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -72,11 +73,56 @@ def new_log(name: str) -> Path:
     return Path(path)
 
 
+_LOG_FLAGS = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def open_log(path: Path) -> None:
-    """Create or truncate a log without following a symlink planted at its name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    """Create (mode 0600) or truncate a log: its name is predictable and its directory may be shared, so a
+    symlink, a FIFO or a device planted there, or a file of another user, is refused (PermissionError, one line)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = _open_own_log(path, _LOG_FLAGS)
+        os.ftruncate(fd, 0)
     os.close(fd)
+
+
+def append_log(path: str | os.PathLike[str]) -> int:
+    """A descriptor appending to a log (``open_log``'s checks; created 0600 when missing)."""
+    try:
+        fd = os.open(path, _LOG_FLAGS | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _open_own_log(Path(path), _LOG_FLAGS | os.O_APPEND)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _open_own_log(path: Path, flags: int) -> int:
+    """Open an existing log that must be a regular file of this user with one name; else PermissionError."""
+    def refuse(problem: str) -> PermissionError:
+        return PermissionError(errno.EPERM, f"{problem}; refusing to write an engine log there", str(path))
+
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refuse("is a symlink") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise refuse("is not a regular file") from None
+        raise
+    st = os.fstat(fd)
+    problem = ("is not a regular file" if not stat.S_ISREG(st.st_mode)
+               else "belongs to another user" if st.st_uid != os.geteuid()
+               else "has other hard links" if st.st_nlink != 1 else None)
+    if problem is not None:
+        os.close(fd)
+        raise refuse(problem)
+    if st.st_mode & 0o077:
+        os.fchmod(fd, 0o600)
+    if flags & getattr(os, "O_NONBLOCK", 0):
+        os.set_blocking(fd, True)
+    return fd
 
 
 # --------------------------------------------------------------------------------------------------------------

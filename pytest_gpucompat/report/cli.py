@@ -47,6 +47,11 @@ def _os_message(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
+def _cannot_write(command: str, option: str | None, exc: OSError) -> int:
+    """The one line for an output that could not be written (or was refused: a symlink, a device), naming it."""
+    return _error(command, f"cannot write {_os_message(exc)}" + (f" ({option})" if option else ""))
+
+
 def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] | None) -> int:
     """Render a report into the files named by format (`html=`, `markdown=`, `junit=`, ...: a key of `FORMATS`);
     with none the Markdown goes to stdout. Also fills $GITHUB_STEP_SUMMARY."""
@@ -62,16 +67,19 @@ def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] |
     except ReportError as exc:
         return _error("report", str(exc))
     md = render_markdown(report)
+    option: str | None = None
     try:
         for name, (module, renderer, _help) in FORMATS.items():
             target = outputs.get(name)
             if not target:
                 continue
+            option = f"--{name}"
             render = getattr(import_module(f".{module}", __package__), renderer)
             write_text_atomic(target, md if render is render_markdown else render(report))
+        option = "$GITHUB_STEP_SUMMARY"
         write_step_summary(md)
     except OSError as exc:
-        return _error("report", f"cannot write {_os_message(exc)}")
+        return _cannot_write("report", option, exc)
     if not any(outputs.values()):
         sys.stdout.write(md)
     return EXIT_OK
@@ -95,12 +103,14 @@ def cmd_merge(
     except ReportError as exc:
         return _error("merge", str(exc))
     merged = merge_reports(reports)
+    option = "--output"
     try:
         write_report_atomic(merged, output)
         if html:
+            option = "--html"
             write_text_atomic(html, render_html(merged))
     except OSError as exc:
-        return _error("merge", f"cannot write {_os_message(exc)}")
+        return _cannot_write("merge", option, exc)
     print(f"gpucompat merge: {len(merged.cells)} cells of {len(merged.runners)} runners -> {os.fspath(output)}")
     return EXIT_OK
 
@@ -194,15 +204,17 @@ def cmd_golden(
         checks = check_report(report, files, where, source)
     except (ReportError, InputError) as exc:
         return _error("golden", str(exc))
+    option = "--output"
     try:
         if output or html:
             updated = with_checks(report, checks, where)
             if output:
                 write_report_atomic(updated, output)
             if html:
+                option = "--html"
                 write_text_atomic(html, render_html(updated))
     except OSError as exc:
-        return _error("golden", f"cannot write {_os_message(exc)}")
+        return _cannot_write("golden", option, exc)
     text = json.dumps(checks_json(checks), indent=2) + "\n" if as_json else format_checks(checks, source, where)
     sys.stdout.write(text)
     return EXIT_GOLDEN_FAILED if any(check.bad for check in checks) else EXIT_OK

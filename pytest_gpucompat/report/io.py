@@ -8,7 +8,9 @@ temporary file, fsync and a rename, so a reader (or a crash) never sees half a r
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -49,9 +51,37 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{name}: {one_line(str(exc))}") from None
 
 
+class UnsafeTarget(OSError):
+    """An output path that names something other than a regular file (a symlink, a device, a FIFO, a directory):
+    replacing it would destroy that thing (as root, ``/dev/full``) or write where the link points."""
+
+
+def target_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why an output path must not be replaced, or None: it is a symlink (refused whatever it points to: a link
+    planted in a shared directory must not choose where a report goes), or it exists and is not a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # the write itself says why (a missing directory, no permission)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink; refusing to write through it (name the file itself)"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "exists and is not a regular file (a device, FIFO or socket); refusing to replace it"
+    return None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write via a temp file in the same directory + fsync + os.replace: readers never see half a file."""
+    """Write via a temp file in the same directory + fsync + os.replace: readers never see half a file.
+
+    An existing target must be a regular file, not a symlink (``UnsafeTarget``, an OSError naming the path)."""
     target = Path(path)
+    problem = target_problem(target)
+    if problem is not None:
+        raise UnsafeTarget(errno.EPERM, problem, os.fspath(path))
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -86,6 +116,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 def report_path_problem(path: str | os.PathLike[str]) -> str | None:
     """Why a report cannot be written at ``path``, or None: checked before the first test, not after the last."""
     target = Path(path)
+    problem = target_problem(target)
+    if problem is not None:
+        return problem
     if target.is_dir():
         return "is a directory"
     parent = target.parent
