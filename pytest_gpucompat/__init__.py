@@ -30,6 +30,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "fixed_prompts": ("models", "fixed_prompts"),
     "model_vocab_size": ("models", "model_vocab_size"),
     "round_metrics": ("metrics", "round_metrics"),
+    "env_int": ("options", "env_int"),
     "compare_generations": ("checks.compare", "compare_generations"),
     "cosine_similarity": ("checks.compare", "cosine_similarity"),
     "thresholds_for": ("checks.compare", "thresholds_for"),

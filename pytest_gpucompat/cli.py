@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, visible
 from .options import CLI, add_options
 
 if TYPE_CHECKING:
@@ -22,13 +23,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Visible(sys.stdout), _Visible(sys.stderr)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
     except InputError as exc:
         print(f"gpucompat: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `gpucompat rules | head -1`: the reader has all it wanted
+        sys.stdout, sys.stderr = saved
+        _stdout_to_devnull()
+        return 141  # what a shell reports for a writer ended by SIGPIPE
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+class _Visible:
+    """A text stream that writes control characters from files and logs as visible escapes (errors.visible):
+    everything the command prints about a user's files passes through it; newlines and tabs stay."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null, so that the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a captured stream has no descriptor
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:

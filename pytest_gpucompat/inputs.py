@@ -9,13 +9,16 @@ through here.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import re
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import date
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import InputError
 
@@ -39,12 +42,14 @@ def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
     """The file's text; a missing, unreadable, too large or non-UTF-8 file is an InputError naming it."""
     source = os.fspath(path)
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             raw = handle.read(limit + 1)  # bounded: /dev/zero or a huge file must not fill the memory
     except FileNotFoundError:
         raise InputError(source, None, "no such file") from None
     except IsADirectoryError:
         raise InputError(source, None, "is a directory, not a file") from None
+    except NotRegularFileError as exc:
+        raise InputError(source, None, str(exc)) from None
     except OSError as exc:
         raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
     if len(raw) > limit:
@@ -53,6 +58,31 @@ def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+class NotRegularFileError(OSError):
+    """The path is a FIFO, a socket or a device: reading it could block forever or never end."""
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """The file opened for reading in binary, if it is a regular file: opening does not wait for a FIFO's writer
+    (O_NONBLOCK) and ``fstat`` of what was opened decides; a directory is IsADirectoryError, a FIFO, socket or
+    device NotRegularFileError, with its kind in the message."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+            raise NotRegularFileError(f"is {kind}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def load_file(path: str | os.PathLike[str], fmt: str | None = None, limit: int = MAX_FILE_BYTES) -> Any:
@@ -73,12 +103,33 @@ def load_file(path: str | os.PathLike[str], fmt: str | None = None, limit: int =
 def parse_json(text: str, source: str) -> Any:
     """``json.loads`` that refuses what Python's parser would accept or crash on: deep nesting, huge numbers."""
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_float)
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_float,
+                          object_pairs_hook=_unique_pairs)
+    except DuplicateKeyError as exc:
+        raise InputError(source, None, f"not valid JSON (duplicate key {exc.key!r})") from None
     except json.JSONDecodeError as exc:
         raise InputError(source, None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") \
             from None
     except RecursionError:
         raise InputError(source, None, f"not valid JSON (nested more than {MAX_DEPTH} levels deep)") from None
+
+
+class DuplicateKeyError(ValueError):
+    def __init__(self, key: Any) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: ``json`` would keep the last of two equal keys, silently."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return out
 
 
 def _parse_int(text: str) -> int | float:
@@ -177,6 +228,28 @@ def _loaders() -> tuple[Any, Any]:
             finally:
                 self._depth -= 1
 
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode
+
+    def construct_mapping(self: Any, node: Any, deep: bool = False) -> Any:
+        """SafeConstructor's, refusing two keys that are the same text (``1:`` and ``'1':`` are one runner)."""
+        if isinstance(node, MappingNode):
+            self.flatten_mapping(node)
+            seen: set[str] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    name = str(key) if not isinstance(key, (list, dict)) else None
+                except Exception:  # noqa: BLE001 - a key that has no text is refused by check_tree
+                    name = None
+                if name is not None and name in seen:
+                    raise ConstructorError("while constructing a mapping", node.start_mark,
+                                           f"duplicate key {name!r}", key_node.start_mark)
+                if name is not None:
+                    seen.add(name)
+        return SafeConstructor.construct_mapping(self, node, deep)
+
+    StrictLoader.construct_mapping = construct_mapping  # type: ignore[method-assign]
     StrictLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     fast = None
     if getattr(yaml, "CSafeLoader", None) is not None:
@@ -184,6 +257,7 @@ def _loaders() -> tuple[Any, Any]:
         class FastLoader(yaml.CSafeLoader):  # type: ignore[name-defined,misc]
             pass
 
+        FastLoader.construct_mapping = construct_mapping  # type: ignore[method-assign]
         FastLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
         fast = FastLoader
     _LOADERS = (StrictLoader, fast)
@@ -209,6 +283,8 @@ def check_tree(data: Any) -> tuple[tuple[Any, ...], str] | None:
             for key, item in value.items():
                 if not isinstance(key, (str, int, float, bool)) and key is not None:
                     return path, f"a key of type {_kind(key)} is not allowed"
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return (*path, _escaped(key)), _surrogate_problem(key)
                 stack.append((item, (*path, key)))
         elif isinstance(value, list):
             stack.extend((item, (*path, i)) for i, item in enumerate(value))
@@ -221,7 +297,9 @@ def check_tree(data: Any) -> tuple[tuple[Any, ...], str] | None:
 
 def scalar_problem(value: Any) -> str | None:
     """Why a leaf value is not plain data (None when it is): the one number check every loader shares."""
-    if value is None or isinstance(value, (str, bool)):
+    if isinstance(value, str):
+        return _surrogate_problem(value) if _SURROGATE.search(value) else None
+    if value is None or isinstance(value, bool):
         return None
     if isinstance(value, _OutOfRange) or (isinstance(value, int) and abs(value) > _FLOAT_MAX_INT):
         return "number out of range"
@@ -236,6 +314,22 @@ def scalar_problem(value: Any) -> str | None:
 
 def _kind(value: Any) -> str:
     return type(value).__name__
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone UTF-16 surrogate (JSON's ``"\\ud800"``, YAML's ``"\\ud800"``): not a character, it cannot be written as
+UTF-8, so printing or saving the text would fail far from the file it came from."""
+
+
+def _surrogate_problem(text: str) -> str:
+    found = _SURROGATE.search(text)
+    code = ord(found.group()) if found else 0
+    return f"holds a lone surrogate (\\u{code:04x} at character {found.start() if found else 0}), which is not text"
+
+
+def _escaped(text: str) -> str:
+    """Text with its surrogates written as escapes, so that it can be printed in an error."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def dotted(path: Sequence[Any]) -> str:

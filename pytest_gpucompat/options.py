@@ -7,10 +7,28 @@ and default from here, so the two can never drift apart. ``PYTEST`` and ``CLI`` 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def env_int(name: str, default: int, minimum: int = 1) -> int:
+    """A whole-number setting of a suite from the environment variable ``name`` (``default`` when unset or empty).
+    Anything else stops the collection of the module that reads it with one line naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value: int | None = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        import pytest
+
+        raise pytest.Collector.CollectError(f"gpucompat: {name}={text!r}: must be a whole number >= {minimum}")
+    return value
 
 
 def positive_seconds(text: str) -> float:

@@ -10,8 +10,6 @@ On a machine without a GPU the cycles measure host memory and processes.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from pytest_gpucompat import (
@@ -21,6 +19,7 @@ from pytest_gpucompat import (
     describe_processes,
     device_snapshot,
     engine_spec,
+    env_int,
     fixed_prompts,
     left_behind,
     left_running,
@@ -32,7 +31,7 @@ from pytest_gpucompat import (
     stop_left_running,
 )
 
-PROCESS_RUNS = int(os.environ.get("GPUCOMPAT_PROCESS_RUNS", "3"))
+PROCESS_RUNS = env_int("GPUCOMPAT_PROCESS_RUNS", 3, minimum=0)
 # What a finished process may leave on the device before it counts as left behind (driver bookkeeping jitters).
 LEFT_BEHIND_TOLERANCE_MIB = 64.0
 _FIELDS = set(MemorySample.__dataclass_fields__)

@@ -7,13 +7,12 @@ not there, skip with the reason; an engine that crashes or hangs fails its cell 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 
 import pytest
 
-from pytest_gpucompat import fixed_prompts, model_vocab_size, round_metrics
+from pytest_gpucompat import env_int, fixed_prompts, model_vocab_size, round_metrics
 
 PROMPTS = 4
 PROMPT_LEN = 12
@@ -22,7 +21,7 @@ TOP_N = 5
 REPEATS = 10  # the seed documents report degenerate output from the 7th identical request (claim S02)
 # One sample of 4 x 16 tokens differed by 15% between two runs of one H200 setup: figures are medians over rounds,
 # with their spread recorded so that `gpucompat diff` can tell a change from noise. At least 3 rounds for a spread.
-ROUNDS = max(3, int(os.environ.get("GPUCOMPAT_ROUNDS", "5")))
+ROUNDS = max(3, env_int("GPUCOMPAT_ROUNDS", 5))
 
 
 @pytest.mark.gpucompat(matrix="smoke")

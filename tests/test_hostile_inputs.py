@@ -59,6 +59,10 @@ EXPECTED: dict[str, str | None] = {
     "fingerprints/env-value-number.yaml": "env.VLLM_USE_V1",
     "fingerprints/env-value-mapping.yaml": "env.NCCL_DEBUG",
     "fingerprints/env-value-null.json": "env.VLLM_USE_V1",
+    "fingerprints/fleet-duplicate-runner.yaml": "duplicate key '1'",
+    "fingerprints/duplicate-key.json": "duplicate key 'os'",
+    "fingerprints/surrogate.json": "gpus[0].name",
+    "fingerprints/surrogate-key.json": "env.VLLM_\\udfff",
     "rules/invalid-utf8.yaml": None,
     "rules/binary.yaml": None,
     "rules/summary-list.yaml": "summary",
@@ -73,6 +77,13 @@ EXPECTED: dict[str, str | None] = {
     "rules/alias.yaml": None,
     "rules/merge-key.yaml": None,
     "rules/top-level-list.yaml": None,
+    "rules/duplicate-key.yaml": "duplicate key 'summary'",
+    # signatures of the shapes that take seconds to minutes on one long line
+    "rules/signature-bounded-triple.yaml": "rule 'r1': field 'signature[0]'",
+    "rules/signature-lookahead.yaml": "rule 'r1': field 'signature[0]'",
+    "rules/signature-optional-group.yaml": "rule 'r1': field 'signature[0]'",
+    "rules/signature-optional-separator.yaml": "rule 'r1': field 'signature[0]'",
+    "rules/signature-huge-bounds.yaml": "rule 'r1': field 'signature[0]'",
     "reports/invalid-utf8.json": None,
     "reports/binary.json": None,
     "reports/bench.json": "not a gpucompat report",
@@ -83,6 +94,11 @@ EXPECTED: dict[str, str | None] = {
     "reports/gpu-name-list.json": "$.runners.r.gpus[0].name",
     "reports/env-value-number.json": "$.runners.r.env.VLLM_USE_V1",
     "reports/what-if-list.json": "$.runners.r.what_if",
+    "reports/links-number.json": "$.runners.r.links",
+    "reports/links-item-text.json": "$.runners.r.links[0]",
+    "reports/outputs-list.json": "$.cells[0].outputs",
+    "reports/surrogate-reason.json": "$.cells[0].reason",
+    "reports/duplicate-key.json": "duplicate key 'cells'",
     "matrices/invalid-utf8.yaml": None,
     "matrices/engine-mapping.yaml": "matrices.smoke[0].engine[0]",
     "matrices/axis-name-number.yaml": "matrices.smoke[0].axes.1",
@@ -94,6 +110,7 @@ EXPECTED: dict[str, str | None] = {
     "thresholds/flag-number.yaml": "float32.require_logprobs_close",
     "thresholds/alias.yaml": None,
     "thresholds/dtype-list.yaml": None,
+    "thresholds/duplicate-key.yaml": "duplicate key 'float32'",
 }
 
 # how the product reads each kind of file: argv for the CLI
@@ -461,3 +478,174 @@ def test_report_json_round_trip_of_hostile_strings(tmp_path: Path) -> None:
     path.write_text(evil_report().to_json(), encoding="utf-8")
     assert json.loads(path.read_text())["cells"][0]["reason"] == EVIL[0]
     assert load_report(path).cells[0].reason == EVIL[0]
+
+
+# --------------------------------------------------------------------------- slow signatures, FIFOs, pipes, text
+
+
+SLOW_SIGNATURES = [n for n in EXPECTED if n.startswith("rules/signature-")]
+
+
+@pytest.mark.parametrize("name", SLOW_SIGNATURES)
+def test_slow_signatures_are_refused_quickly_by_rules_and_explain(name: str, tmp_path: Path) -> None:
+    """Each took seconds to minutes per 2 KiB line, and `explain` or a pytest run with it did not end in 300 s."""
+    path = HOSTILE / name
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"schema_version": 1, "tool_version": "x", "created": "x", "runners": {"r": {}},
+                                  "cells": [{"nodeid": "t.py::x", "outcome": "failed", "runner": "r",
+                                             "reason": "a" * 4000}]}))
+    for argv in (["rules", "--kb", str(path)], ["explain", str(report), "--kb", str(path)]):
+        result = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", *argv],
+                                capture_output=True, text=True, timeout=TIME_LIMIT_S)
+        assert result.returncode == 2, result.stderr
+        assert_one_line(result.stderr, path, "rule 'r1': field 'signature[0]'")
+
+
+@pytest.mark.parametrize("pattern", [r".{0,2000}.{0,2000}.{0,2000}Z", r"(?=(.*)(.*)(.*)(.*)Z)", r"(?:.*.*.*.*Z)?Q",
+                                     r"\S+\s*\S+Z", r"a{0,65535}a{0,65535}Z"])
+def test_the_timing_guard_alone_refuses_slow_patterns_quickly(pattern: str) -> None:
+    """The last guard, without the shape check: timed on growing lines, stopped on a short one."""
+    import re
+
+    from pytest_gpucompat.kb.regex_safety import _too_slow, too_slow
+
+    _too_slow.cache_clear()
+    start = time.monotonic()
+    assert "took" in (too_slow(re.compile(pattern)) or "")
+    assert time.monotonic() - start < 2.0
+
+
+def test_shipped_signatures_pass_the_timing_guard() -> None:
+    from pytest_gpucompat.kb import load_kb
+    from pytest_gpucompat.kb.failure_modes import load_failure_modes
+
+    kb = load_kb([], builtin=True)
+    assert any(r.signature for r in kb.rules)
+    load_failure_modes()
+
+
+def make_fifo(path: Path) -> Path:
+    os = pytest.importorskip("os")
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    os.mkfifo(path)
+    return path
+
+
+FIFO_COMMANDS = {
+    "fingerprint": ["check", "--env", "{fifo}", "--json"],
+    "rules": ["rules", "--kb", "{fifo}"],
+    "report": ["report", "{fifo}"],
+    "merge": ["merge", "{fifo}", "-o", "{tmp}/m.json"],
+    "diff": ["diff", "{fifo}", "{fifo}"],
+    "explain": ["explain", "{fifo}"],
+    "golden-report": ["golden", "{fifo}", "--golden", "{golden}", "-o", "{tmp}/m.json"],
+}
+
+
+@pytest.mark.parametrize("kind", list(FIFO_COMMANDS))
+def test_a_fifo_is_refused_not_waited_on(kind: str, tmp_path: Path) -> None:
+    suffix = ".yaml" if kind in ("fingerprint", "rules") else ".json"
+    fifo = make_fifo(tmp_path / f"pipe{suffix}")
+    golden = str(Path(__file__).resolve().parent.parent / "docs" / "reports" / "golden")
+    argv = [a.format(fifo=fifo, tmp=tmp_path, golden=golden) for a in FIFO_COMMANDS[kind]]
+    result = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", *argv],
+                            capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    assert result.returncode == 2, result.stderr
+    assert "FIFO" in assert_one_line(result.stderr, fifo, None)
+
+
+def test_fifo_and_directory_inputs_of_the_loaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """thresholds.yaml, a prompts file and golden files: the readers the CLI does not reach above."""
+    from pytest_gpucompat.golden import load_golden
+    from pytest_gpucompat.prompts import load_prompts_file
+
+    fifo = make_fifo(tmp_path / "thresholds.yaml")
+    for load in (load_thresholds, load_prompts_file, load_golden):
+        start = time.monotonic()
+        with pytest.raises((ValueError, InputError)) as info:
+            load(fifo)
+        assert time.monotonic() - start < TIME_LIMIT_S
+        assert "FIFO" in assert_one_line(f"gpucompat: {info.value}\n", fifo, None)
+    # the matrices directory's thresholds.yaml: a FIFO or a directory there is not "no file, use the defaults"
+    monkeypatch.setenv("GPUCOMPAT_MATRICES_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="FIFO"):
+        load_thresholds()
+    fifo.unlink()
+    fifo.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        load_thresholds()
+    with pytest.raises(ValueError, match="is a directory"):
+        load_thresholds(fifo)
+
+
+def test_a_prompts_file_with_a_lone_surrogate_names_the_line(tmp_path: Path) -> None:
+    from pytest_gpucompat.prompts import load_prompts_file
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": "bad \\ud800"}\n')
+    with pytest.raises(InputError) as info:
+        load_prompts_file(path)
+    line = assert_one_line(f"gpucompat: {info.value}\n", path, "line 2.text")
+    assert "surrogate" in line
+
+
+def test_a_surrogate_in_a_fingerprint_prints_as_an_escape(capsys: pytest.CaptureFixture[str]) -> None:
+    line = cli_case(capsys, "fingerprints", HOSTILE / "fingerprints/surrogate-key.json", "env.VLLM_\\udfff")
+    line.encode("utf-8")  # printable: no lone surrogate left in the message
+
+
+def test_suite_settings_from_the_environment_are_one_line(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_x="from pytest_gpucompat import env_int\n"
+                               "ROUNDS = env_int('GPUCOMPAT_ROUNDS', 5)\n"
+                               "RUNS = env_int('GPUCOMPAT_PROCESS_RUNS', 3, minimum=0)\n"
+                               "def test_x():\n    assert (ROUNDS, RUNS) == (7, 0)\n")
+    for env, value in (("GPUCOMPAT_ROUNDS", "abc"), ("GPUCOMPAT_PROCESS_RUNS", "abc"), ("GPUCOMPAT_ROUNDS", "-1")):
+        monkeypatch.setenv(env, value)
+        result = pytester.runpytest("-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.INTERRUPTED
+        result.stdout.fnmatch_lines([f"gpucompat: {env}='{value}': must be a whole number >= *"])
+        assert "Traceback" not in result.stdout.str() and "ValueError" not in result.stdout.str()
+        monkeypatch.delenv(env)
+    monkeypatch.setenv("GPUCOMPAT_ROUNDS", "7")
+    monkeypatch.setenv("GPUCOMPAT_PROCESS_RUNS", "0")
+    assert pytester.runpytest("-p", "no:cacheprovider").ret == 0
+
+
+def test_a_closed_pipe_ends_the_command_quietly() -> None:
+    """`gpucompat rules | head -1`."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_gpucompat.cli", "rules"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes anything: its first write finds the pipe closed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=TIME_LIMIT_S) == 141
+    assert err == "", err
+
+
+def test_control_characters_from_files_are_shown_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = tmp_path / "team.yaml"
+    rules.write_text(rule_with("note: n").replace("summary: s", 'summary: "red \\e[31m bell \\a cr \\r end"'))
+    code, out, _ = run_cli(capsys, ["rules", "--kb", str(rules), "--no-builtin-rules"])
+    assert code == 0
+    assert "\x1b" not in out and "\a" not in out and "\r" not in out
+    assert "red \\u001b[31m bell \\u0007 cr \\u000d end" in out
+    env = tmp_path / "a.yaml"
+    env.write_text('name: "evil\\e]0;title\\a"\ngpus: [{name: H100}]\n')
+    code, _, err = run_cli(capsys, ["check", "--env", str(env), "--kb", str(tmp_path / "missing.yaml")])
+    assert code == 2 and "\x1b" not in err
+    report = Report.from_run({"name": "r\x1b[2J"}, [{"nodeid": "t.py::x", "outcome": "failed", "runner": "r\x1b[2J",
+                                                     "reason": "boom \x1b[31m\x00 red"}])
+    text = md_module.render_markdown(report)
+    assert "\x1b" not in text and "\x00" not in text and "u001b" in text
+
+
+def test_renderers_do_not_crash_on_wrong_types() -> None:
+    """A report built in memory is not checked; the renderers show what they cannot read instead of failing."""
+    from pytest_gpucompat.report import render_html
+
+    for runner, extra in (({"name": "r", "links": 5}, {}), ({"name": "r", "links": "nvlink"}, {}),
+                          ({"name": "r"}, {"outputs": [1, 2]}), ({"name": "r"}, {"outputs": {"generations": 3}})):
+        report = Report.from_run(runner, [{"nodeid": "t.py::x", "outcome": "passed", "runner": "r", **extra}])
+        assert "<html" in render_html(report).lower()

@@ -9,6 +9,7 @@ are directly comparable, after it they are not. No torch here: plain floats in, 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,11 +282,11 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]
         candidate = matrices_dir() / "thresholds.yaml"
     else:
         candidate = Path(path)
-        if not candidate.is_file():
+        if not os.path.lexists(candidate):
             raise ValueError(f"thresholds file {candidate} does not exist")
     table = {k: dict(v) for k, v in DEFAULT_THRESHOLDS.items()}
-    if not candidate.is_file():
-        return table
+    if not os.path.lexists(candidate):
+        return table  # a directory, a FIFO or a dangling link is not "no file": load_file refuses it
     try:
         data = load_file(candidate, "yaml") or {}
     except InputError as exc:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engines.registry import kb_engine_of
 from .match import Facts, contradiction
-from .regex_safety import parse, risk
+from .regex_safety import parse, risk, too_slow
 from .schema import CONFIDENCES, Rule
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) 
         problem = risk(parse(text))
     except (re.error, RecursionError, OverflowError) as exc:
         raise fail(fld, f"not a regular expression: {exc}") from None
+    if problem is None:
+        problem = too_slow(pattern)  # the shape is fine: time it on its worst lines
     if problem is not None:
         raise fail(fld, f"{problem}: it could take very long on a long log line; write the literal text, "
                         r"with one .* or \S+ between its parts")

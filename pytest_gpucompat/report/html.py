@@ -306,8 +306,10 @@ def _embedded(cell: CellRecord) -> dict[str, Any]:
     """A cell as the page's script shows it: its outputs (kilobytes of logprobs) stay in the JSON report."""
     data = cell.to_dict()
     kept = data.pop(outputs.KEY, None)
-    if kept is not None:
-        data[outputs.KEY] = f"{len(kept.get('generations') or [])} generations, in the JSON report"
+    if isinstance(kept, Mapping) and isinstance(kept.get("generations"), list):
+        data[outputs.KEY] = f"{len(kept['generations'])} generations, in the JSON report"
+    elif kept is not None:
+        data[outputs.KEY] = "in the JSON report"
     return data
 
 

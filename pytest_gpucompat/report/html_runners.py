@@ -139,6 +139,8 @@ def fingerprint_card(index: int, name: str, fp: Mapping[str, Any], is_open: bool
             f"<tbody>{rows}</tbody></table></div>"
         )
     links = fp.get("links") or []
+    if not isinstance(links, list):  # a checked report has a list; anything else is shown as it is
+        links = [links]
     if links:
         items = "".join(
             f"<li>GPU {e(link.get('a'))} ↔ GPU {e(link.get('b'))}: {e(link.get('kind'))} "

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from ..errors import visible
 from ..metrics import KEY_FIGURES
 from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs
@@ -48,7 +49,7 @@ _ESCAPE = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~"})
 
 def _text(value: object, limit: int = 300) -> str:
     """One line of plain text, Markdown-escaped and shortened (reasons can be whole tracebacks)."""
-    return one_line(str(value), limit).translate(_ESCAPE)
+    return visible(one_line(str(value), limit)).translate(_ESCAPE)
 
 
 def _code(value: object, table: bool = False) -> str:
@@ -59,7 +60,7 @@ def _code(value: object, table: bool = False) -> str:
     span `<` is literal text, never HTML; whitespace (newlines included) is folded to single spaces so a table row
     stays one line, and in a table `|` is escaped, which GFM does before it looks for code spans.
     """
-    text = " ".join(str(value).split())
+    text = visible(" ".join(str(value).split()))  # an ANSI escape or a NUL is shown, not sent to the reader
     if not text:
         return ""
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)

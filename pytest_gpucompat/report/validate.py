@@ -124,6 +124,9 @@ def _check_fingerprint(fp: Any, path: str) -> None:
     _optional(fp, path, "reasons", "array")
     for i, reason in enumerate(fp.get("reasons") or ()):
         _type(reason, _child(_child(path, "reasons"), i), "string")
+    _optional(fp, path, "links", "array")
+    for i, link in enumerate(fp.get("links") or ()):
+        _type(link, _child(_child(path, "links"), i), "object")
     _optional(fp, path, "gpus", "array")
     for i, gpu in enumerate(fp.get("gpus") or ()):
         gpath = _child(_child(path, "gpus"), i)
@@ -190,6 +193,7 @@ def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
             known = ", ".join(DEVIATION_SOURCES)
             raise InvalidField(_child(where, "by"), f"{_show(entry['by'])} is not one of {known}")
         _optional(entry, where, "why", "string", "null")
+    _optional(cell, path, "outputs", "object", "null")  # what is inside: outputs.from_cell, naming the cell
     _optional(cell, path, "metrics", "object")
     for name, value in (cell.get("metrics") or {}).items():
         _type(value, _child(_child(path, "metrics"), name), "number", "null")
