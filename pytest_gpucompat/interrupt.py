@@ -17,25 +17,41 @@ from typing import Any
 import pytest
 
 _previous = pytest.StashKey[Any]()
+_received: list[str] = []
+"""The signals that stopped this session, in order: the report says `interrupted` from this, whatever a second or
+third Ctrl-C did to pytest's own handling of the first (it could end the session as an internal error, and the
+report then said the cell's "worker died")."""
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    _received.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(f"gpucompat: received {signal.Signals(signum).name}")
 
 
+def received() -> str | None:
+    """The first signal that stopped this session (SIGINT, SIGTERM), or None."""
+    return _received[0] if _received else None
+
+
 def install(config: pytest.Config) -> None:
-    """Turn SIGTERM into KeyboardInterrupt for this session (signal handlers can only be set in the main thread)."""
+    """Turn SIGTERM into KeyboardInterrupt for this session, as Ctrl-C is, and remember either (signal handlers can
+    only be set in the main thread). A SIGINT handler someone else installed is left alone."""
     if threading.current_thread() is not threading.main_thread() or _previous in config.stash:
         return
-    config.stash[_previous] = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    _received.clear()
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    config.stash[_previous] = previous
 
 
 def uninstall(config: pytest.Config) -> None:
-    """Give SIGTERM back to whoever had it before the session."""
+    """Give the signals back to whoever had them before the session."""
     previous = config.stash.get(_previous, None)
     if previous is None or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGTERM, previous)
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
     del config.stash[_previous]
 
 

@@ -44,3 +44,38 @@ def test_cell(gpucompat_cell):
                                   timeout=120)
     report = json.loads((pytester.path / "r.json").read_text())
     assert [c["outcome"] for c in report["cells"]] == ["passed"] * 3
+
+
+def test_repeated_ctrl_c_still_leaves_a_report_that_says_the_run_was_stopped(pytester) -> None:  # type: ignore[no-untyped-def]
+    """Three quick Ctrl-C in a cell: the report says interrupted, and the cell "was stopped", not "worker died"."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytester.makepyfile(test_slow='''
+import time, pytest
+
+@pytest.mark.gpucompat(engine="hf", params={"a": ["a1", "a2"]})
+def test_cell(gpucompat_cell):
+    print("started", flush=True)
+    time.sleep(30)
+''')
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--gpucompat", "--gpucompat-report", "r.json", "-p",
+                             "no:cacheprovider", "-q", "-s"], cwd=pytester.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while "started" not in proc.stdout.readline():
+            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+        for _ in range(3):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["interrupted"] is True
+    assert [c["reason"] for c in report["cells"]] == ["did not finish: the run was stopped before the cell ended"]

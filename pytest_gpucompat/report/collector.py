@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ..interrupt import signals_held
+from ..interrupt import received, signals_held
 from ..state import NOT_COVERED, RunState, cell_key
 from .lock import ReportLock
 from .text import first_line
@@ -304,7 +304,7 @@ class ReportCollector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED):
+        if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or received() is not None:
             self.interrupted = True
         if not self.write(int(exitstatus)) and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
