@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.report.figures import STATES
 from pytest_gpucompat.report.html import render_html
 from pytest_gpucompat.report.merge import merge_reports
 from pytest_gpucompat.report.model import OUTCOMES, Report
@@ -253,7 +254,7 @@ def test_fleet_of_four_fits_1400px_with_figures_and_charts(tmp_path: Path) -> No
     assert layout["ranOn"] == sum(
         1 for c in report.cells if c.runner == WHAT_IF_RUNNER and c.ran
     )
-    assert layout["legend"] == 10  # nine states and the unconfirmed claims
+    assert layout["legend"] == len(STATES) + 1  # every state and the unconfirmed claims
 
     charts = layout["charts"]
     for name, chart in charts.items():

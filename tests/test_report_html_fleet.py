@@ -11,8 +11,9 @@ from _fleet_report import DRIFT, MEMORY, MODEL, RUNNERS, WHAT_IF_FILE, WHAT_IF_H
 from pytest_gpucompat.checks.compare import thresholds_for
 from pytest_gpucompat.metrics import KEY_FIGURES, METRICS
 from pytest_gpucompat.report.charts import charts_section
-from pytest_gpucompat.report.figures import STATES, cell_state, key_figures, rule_of
+from pytest_gpucompat.report.figures import RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rule_of
 from pytest_gpucompat.report.html import render_html
+from pytest_gpucompat.report.markdown import render_markdown
 from pytest_gpucompat.report.model import CellRecord, Report
 
 
@@ -24,10 +25,17 @@ def _cell(**kw: object) -> CellRecord:
     ("outcome", "reason", "state"),
     [
         ("skipped", "known bad here: [vllm-fp8-kv] FP8 KV cache crashes (upstream)", "known-bad"),
-        ("skipped", "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 1 visible", "too-big"),
+        ("skipped", "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 1 visible", "needs-gpus"),
+        ("skipped", "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 0 visible", "no-gpu"),
+        ("skipped", "cannot run here: [needs-gpus] needs 102,400 MiB of weights per GPU (split by tensor_parallel_size"
+                    "=1), the smallest GPU has 81,559 MiB", "too-little-memory"),
+        ("skipped", "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 2 visible; needs 90,000 MiB "
+                    "of weights per GPU (split by tensor_parallel_size=2), the smallest GPU has 81,559 MiB",
+         "too-little-memory"),
+        ("skipped", "cannot run here: [needs-gpus] this runner: something else", "too-big"),
         ("skipped", "not covered here: vllm 0.27.*", "not-covered"),
         ("skipped", "sglang unavailable: sglang is not importable", "unavailable"),
-        ("skipped", "no GPU visible", "unavailable"),
+        ("skipped", "no GPU visible", "no-gpu"),
         ("not-covered", "covered by another runner", "not-covered"),
         ("xfailed", "known bad here: [x] wrong output", "xfailed"),
         ("error", None, "error"),
@@ -36,8 +44,29 @@ def _cell(**kw: object) -> CellRecord:
 def test_cell_states(outcome: str, reason: str | None, state: str) -> None:
     cell = _cell(outcome=outcome, reason=reason)
     assert cell_state(cell) == state and state in STATES
-    if state in ("known-bad", "too-big"):
+    if state in RULE_SKIPS and reason and reason.startswith(("known bad", "cannot run")):
         assert rule_of(cell) in ("vllm-fp8-kv", "needs-gpus")
+
+
+def test_no_gpu_too_few_gpus_and_too_little_memory_have_their_own_labels() -> None:
+    cells = [
+        _cell(nodeid="suites/t.py::t[a]", outcome="skipped", reason="no GPU: a GPU measurement"),
+        _cell(nodeid="suites/t.py::t[b]", outcome="skipped",
+              reason="cannot run here: [vllm-parallel-needs-visible-gpus] needs 2 GPUs (tensor_parallel_size=2), "
+                     "1 visible"),
+        _cell(nodeid="suites/t.py::t[c]", outcome="skipped",
+              reason="cannot run here: [model-weights-exceed-gpu-memory] needs 102,400 MiB of weights per GPU "
+                     "(split by tensor_parallel_size=1), the smallest GPU has 81,559 MiB"),
+    ]
+    assert [cell_word(c) for c in cells] == ["no GPU", "needs 2 GPUs", "too little memory"]
+    page = render_html(Report.from_run({"name": "r"}, [c.to_dict() for c in cells]))
+    words = re.findall(r'<span class="word">([^<]*)</span>', page)
+    assert words == ["no GPU", "needs 2 GPUs", "too little memory"]
+    assert "cannot run here (too big)" not in page
+    assert all(f'data-state="{s}"' in page for s in ("no-gpu", "needs-gpus", "too-little-memory"))
+    md = render_markdown(Report.from_run({"name": "r"}, [c.to_dict() for c in cells]))
+    assert "needs 2 GPUs (`vllm-parallel-needs-visible-gpus`)" in md
+    assert "too little memory (`model-weights-exceed-gpu-memory`)" in md
 
 
 def test_key_figures_are_registered_metrics() -> None:
@@ -69,12 +98,15 @@ def test_figures_are_held_to_the_dtype_thresholds_and_the_leak_tolerance() -> No
 def test_matrix_cells_show_states_figures_and_shared_parameters() -> None:
     report = fleet_report()
     page = render_html(report)
-    for state in STATES:
+    for state in STATES.keys() - {"no-gpu", "too-little-memory", "too-big"}:  # the fleet has none of these
         assert f'data-state="{state}"' in page
     # The model path every row of a group shares is in the group header once, cut, whole on hover.
-    assert page.count('<span class="shared">') == 4
+    # (rows come failures first, so a test's rows can make more than one group, each with its header)
+    groups = page.count('<tr class="group">')
+    shared = page.count('<span class="shared">')
+    assert 4 <= shared <= groups
     assert f'title="{MODEL}"' in page
-    assert page.count("model=<b>") == 4
+    assert page.count("model=<b>") >= shared
     figures = [f for c in report.cells for f in key_figures(c)]
     assert page.count('data-metric="') == len(figures)
     assert page.count('class="fig m-over" data-metric') == sum(1 for f in figures if f.margin == "over")

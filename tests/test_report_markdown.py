@@ -70,7 +70,7 @@ def test_regressions_come_first() -> None:
     order = [int(row.split("`i=")[1].split("`")[0]) for row in rows]
     assert order == [3, 6, 5, 2, 7, 0, 1, 4, 8]
     assert rows[3].endswith("| known bad (`vllm-fp8-ampere`) |")
-    assert rows[-1].endswith("| cannot run (`needs-2-gpus`) |")
+    assert rows[-1].endswith("| needs 2 GPUs (`needs-2-gpus`) |")
     assert rows[6].endswith("| skipped |")
 
 

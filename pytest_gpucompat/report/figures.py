@@ -1,9 +1,11 @@
 """What a matrix cell says at a glance: its state (an outcome, skips told apart by why) and its key figures.
 
-A skipped cell is one of four states, told apart by the start of its reason (the plugin writes them):
-`known bad here: [rule] ...` (a rule says it crashes or hangs here), `cannot run here: [rule] ...` (too big for
-this runner), `not covered here ...` (another runner's cell); any other skip is *unavailable* (engine not installed,
-no GPU). A key figure (metrics.KEY_FIGURES) is coloured by its margin to its limit: the dtype's threshold from
+A skipped cell's state is told apart by the start of its reason (the plugin writes them): `known bad here: [rule]
+...` (a rule says it crashes or hangs here), `cannot run here: [rule] DETAIL` (this runner is too small: the detail
+says whether it has no GPU, too few GPUs or too little memory), `not covered here ...` (another runner's cell), `no
+GPU...` (a test that needs a GPU); any other skip is *unavailable* (engine not installed, unsupported). Matrix rows
+sort by their most serious cell (`row_rank`), in every renderer.
+A key figure (metrics.KEY_FIGURES) is coloured by its margin to its limit: the dtype's threshold from
 matrices/thresholds.yaml, or the memory suite's leak tolerance; throughput is shown plain. Pure: no page markup.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -27,12 +29,31 @@ STATES: dict[str, tuple[str, str]] = {
     "xfailed": ("xfail", "xfail (known bad, ran)"),
     "xpassed": ("XPASS", "XPASS (a rule said it fails)"),
     "known-bad": ("known bad", "skipped: known bad (rule)"),
-    "unavailable": ("unavailable", "skipped: unavailable (not installed, no GPU)"),
-    "too-big": ("cannot run", "cannot run here (too big)"),
+    "unavailable": ("unavailable", "skipped: unavailable (not installed, unsupported)"),
+    "no-gpu": ("no GPU", "cannot run here: no GPU"),
+    "needs-gpus": ("needs more GPUs", "cannot run here: needs more GPUs than visible"),
+    "too-little-memory": ("too little memory", "cannot run here: too little GPU memory"),
+    "too-big": ("cannot run", "cannot run here (another limit of this runner)"),
     "not-covered": ("not covered", "not covered here (another runner's cell)"),
 }
-#: The outcomes where the runner really ran the cell (a what-if run marks them "ran on <host>").
+#: The states of a skip a rule decided: the cell names the rule (`[rule-id]` in its reason).
+RULE_SKIPS: frozenset[str] = frozenset({"known-bad", "no-gpu", "needs-gpus", "too-little-memory", "too-big"})
 _RULE = re.compile(r"\[([^\]\s]+)\]")
+# the knowledge base's need details (kb/match.py describe_runner): "needs 2 GPUs (tensor_parallel_size=2), 1 visible",
+# "needs 102,400 MiB of weights per GPU (split by tensor_parallel_size=1), the smallest GPU has 81,559 MiB"
+_NEEDS_GPUS = re.compile(r"needs (\d+) GPUs?\b[^;]*?, (\d+) visible")
+_NO_GPU = re.compile(r"\bno GPU\b", re.I)
+
+
+def _cannot_run_kind(reason: str) -> str:
+    gpus = _NEEDS_GPUS.search(reason)
+    if gpus and int(gpus.group(2)) < int(gpus.group(1)):
+        return "no-gpu" if int(gpus.group(2)) == 0 else "needs-gpus"
+    if "MiB of weights" in reason or "GPU memory" in reason:
+        return "too-little-memory"
+    if _NO_GPU.search(reason):
+        return "no-gpu"
+    return "needs-gpus" if gpus else "too-big"
 
 
 def cell_state(cell: CellRecord) -> str:
@@ -45,10 +66,38 @@ def cell_state(cell: CellRecord) -> str:
     if reason.startswith("known bad here"):
         return "known-bad"
     if reason.startswith("cannot run here"):
-        return "too-big"
+        return _cannot_run_kind(reason)
     if reason.startswith("not covered here"):
         return "not-covered"
+    if reason.lower().startswith("no gpu"):
+        return "no-gpu"
     return "unavailable"
+
+
+def cell_word(cell: CellRecord, state: str | None = None) -> str:
+    """The word a matrix cell shows: its state's, with the count where a cell needs more GPUs (`needs 2 GPUs`)."""
+    state = state or cell_state(cell)
+    if state == "needs-gpus":
+        gpus = _NEEDS_GPUS.search(cell.reason or "")
+        if gpus:
+            return f"needs {gpus.group(1)} GPUs"
+    return STATES[state][0]
+
+
+# Matrix rows, regressions first: a row sorts by its most serious cell, then in test order.
+_ROW_RANK = {"failed": 0, "error": 0, "xpassed": 1, "known-bad": 2, "xfailed": 2, "passed": 3}
+ROW_ORDER = ("Rows with a failed or errored cell first, then XPASS, then known bad (skipped or xfailed), then "
+             "passed; the rest after.")
+
+
+def row_rank(row: Mapping[str, CellRecord]) -> int:
+    """Where a matrix row (runner -> cell) sorts: by its most serious cell (ROW_ORDER)."""
+    return min((_ROW_RANK.get(cell_state(cell), 4) for cell in row.values()), default=4)
+
+
+def rows_failures_first(rows: Iterable[tuple[str, Mapping[str, CellRecord]]]) -> list[Any]:
+    """Matrix rows (nodeid, runner -> cell), sorted by `row_rank`: stable, so test order within a rank."""
+    return sorted(rows, key=lambda item: row_rank(item[1]))
 
 
 def rule_of(cell: CellRecord) -> str | None:

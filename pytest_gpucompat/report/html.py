@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import outputs
+from ..errors import visible
 from .charts import charts_section
 from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
-from .figures import STATES, cell_state, key_figures, rule_of
+from .figures import ROW_ORDER, RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rows_failures_first, rule_of
 from .html_assets import CSS, JS, JS_ERRORS
 from .html_runners import abbreviated, e, fingerprint_card, installs_notice, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
@@ -30,6 +31,11 @@ from .text import gpu_summary, model_of, models_in, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
 _PARAM_CHARS = 30  # a longer parameter value is cut, with the whole of it on hover
+_FAILURES_SHOWN = 50  # cells in the Failures section; the rest are in the matrix, first
+_LOG_LINES = 40  # the last lines of a cell's log tail shown inline
+_LOG_CHARS = 4000  # and at most this many characters of them
+_CAUSE_CHARS = 400
+_OPEN_LOGS = 5  # with this many failures or fewer, their log tails are shown open
 
 
 def _json_for_script(data: Any) -> str:
@@ -78,9 +84,11 @@ def _summary_bar(report: Report) -> str:
                   f'<a href="#unconfirmed">unconfirmed claims</a> <b>{claims}</b> <span class="muted">(folded below; '
                   "never colour a cell)</span></li>")
     uncovered = summary["uncovered"]
+    failing = summary["outcomes"]["failed"] + summary["outcomes"]["error"]
     facts = (
         f'<p class="facts"><b>{summary["cells"]}</b> cells · <b>{summary["nodeids"]}</b> test items · '
         f"<b>{summary['runners']}</b> runner{'s' if summary['runners'] != 1 else ''}"
+        + (f' · <a href="#failures"><b>{failing}</b> failed or errored</a>' if failing else "")
         + (f' · <a href="#uncovered"><b>{uncovered}</b> covered by no runner</a>' if uncovered else "")
         + ' · <a href="#charts">charts</a> · <a href="#runners">runners</a></p>'
     )
@@ -175,7 +183,7 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
         )
         marks.append(f'<span class="mark sev-{e(worst)}" title="{len(evidence)} finding(s)">{len(evidence)}</span>')
     issue = cell.known_issue
-    rule = rule_of(cell) if state in ("known-bad", "too-big") else (str(issue["id"]) if issue else None)
+    rule = rule_of(cell) if state in RULE_SKIPS else (str(issue["id"]) if issue else None)
     duration = f"{cell.duration_s:.1f} s" if cell.duration_s is not None and cell.ran else ""
     title = f"{cell.runner}: {STATES[state][1]}" + (f" — {one_line(cell.reason, 160)}" if cell.reason else "")
     if issue:
@@ -188,7 +196,7 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
     return (
         f'<td class="cell o-{cell.outcome}" data-cell="{index}" data-outcome="{e(cell.outcome)}" '
         f'data-state="{state}" tabindex="0" role="button" aria-label="{e(title)}" title="{e(title)}">'
-        f'<span class="word">{e(CELL_WORDS[state])}</span>{"".join(marks)}'
+        f'<span class="word">{e(cell_word(cell, state))}</span>{"".join(marks)}'
         + (f'<span class="rule-id">{abbreviated(rule, 26)}</span>' if rule else "")
         + _figures_html(cell)
         + (f'<span class="ranon">ran on {abbreviated(ran_on, 22)}</span>' if ran_on else "")
@@ -210,7 +218,7 @@ def _group_rows(rows: list[tuple[str, dict[str, CellRecord]]]) -> list[list[dict
 
 def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
     runners = list(report.runners)
-    rows = matrix_rows(report)
+    rows = rows_failures_first(matrix_rows(report))
     if not rows:
         return '<p class="empty">No gpucompat cells in this report.</p>'
     summary = report.summary["per_runner"]
@@ -242,11 +250,80 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
                 f'data-search="{e(_search_text(row))}">{_row_header(any_cell, shared, with_model)}{tds}</tr>'
             )
     return (
-        '<div class="matrix-wrap"><table class="matrix"><thead><tr>'
+        f'<p class="muted roworder">{e(ROW_ORDER)}</p><div class="matrix-wrap"><table class="matrix"><thead><tr>'
         f'<th class="corner" scope="col">test · engine · params</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
         '<p id="no-rows" class="empty" hidden>No rows match the filters.</p>'
     )
+
+
+def _log_tail(text: str) -> str:
+    """The last lines of a log tail, bounded, its control characters made visible (escaped by the caller)."""
+    lines = visible(text.rstrip()).splitlines()
+    shown = "\n".join(lines[-_LOG_LINES:])
+    if len(shown) > _LOG_CHARS:
+        shown = "…" + shown[-(_LOG_CHARS - 1):]
+    return shown
+
+
+def _known_issue_html(cell: CellRecord) -> str:
+    issue = cell.known_issue
+    if not issue:
+        return '<p class="issue muted">No known issue matches this failure (<code>gpucompat explain</code>).</p>'
+    text = f'<p class="issue">Matches known issue <code>{e(issue.get("id"))}</code>'
+    if issue.get("summary"):
+        text += f": {e(one_line(issue['summary'], _CAUSE_CHARS))}"
+    if issue.get("workaround"):
+        text += f'<br><span class="workaround">Workaround: {e(one_line(issue["workaround"], _CAUSE_CHARS))}</span>'
+    return text + "</p>"
+
+
+def _failure_item(cell: CellRecord, open_logs: bool) -> str:
+    state = cell_state(cell)
+    path, func = _short_test(cell.test)
+    chips = "".join(_chip(k, v) for k, v in cell.params.items())
+    chips += "".join(f'<span class="axis">{e(k)} {abbreviated(plain(v), _PARAM_CHARS)}</span>'
+                     for k, v in cell.axes.items())
+    head = (
+        f'<p class="fail-head"><span class="pill o-{e(cell.outcome)}" data-state="{state}">{e(STATES[state][1])}</span>'
+        f' <span class="func" title="{e(cell.nodeid)}">{e(func)}</span> <span class="path">{e(path)}</span>'
+        + (f' <span class="engine">{e(cell.engine)}</span>' if cell.engine else "")
+        + chips
+        + f' <span class="muted">on</span> <b class="runner">{e(cell.runner)}</b></p>'
+    )
+    cause = one_line(cell.reason, _CAUSE_CHARS) or "no reason recorded"
+    what = "why a rule expected it to fail" if cell.outcome == "xpassed" else "cause"
+    body = f'<p class="cause"><span class="muted">{what}:</span> {e(visible(cause))}</p>'
+    if cell.outcome == "xpassed":
+        body += '<p class="issue muted">It passed: evidence against the rule (see Stale rules).</p>'
+    else:
+        body += _known_issue_html(cell)
+    if cell.log_tail and cell.log_tail.strip():
+        n = len(cell.log_tail.rstrip().splitlines())
+        label = f"log tail (last {_LOG_LINES} of {n} lines)" if n > _LOG_LINES else f"log tail ({n} lines)"
+        body += (f'<details class="log"{" open" if open_logs else ""}><summary>{e(label)}</summary>'
+                 f'<pre class="log">{e(_log_tail(cell.log_tail))}</pre></details>')
+    else:
+        body += '<p class="muted">No log tail recorded.</p>'
+    return f'<li class="failure" data-outcome="{e(cell.outcome)}">{head}{body}</li>'
+
+
+def _failures_section(report: Report) -> str:
+    """Failed and errored cells, then XPASS ones, before the matrix: each with its cause, the known issue that
+    explains it (with the rule's workaround) and its log tail, as plain HTML (readable without JavaScript)."""
+    failing = [c for c in report.cells if c.outcome in ("failed", "error")]
+    xpassed = [c for c in report.cells if c.outcome == "xpassed"]
+    cells = failing + xpassed
+    if not cells:
+        return ""
+    shown = cells[:_FAILURES_SHOWN]
+    open_logs = len(cells) <= _OPEN_LOGS
+    items = "".join(_failure_item(c, open_logs) for c in shown)
+    more = (f'<p class="muted">… and {len(cells) - len(shown)} more: the matrix below lists them first.</p>'
+            if len(cells) > len(shown) else "")
+    counts = f"{len(failing)} failed or errored" + (f", {len(xpassed)} XPASS" if xpassed else "")
+    return (f'<section id="failures" aria-label="Failures"><h2>Failures <span class="muted">({e(counts)})</span>'
+            f'</h2><ol class="failures">{items}</ol>{more}</section>')
 
 
 def _findings_section(report: Report) -> str:
@@ -399,6 +476,7 @@ def render_html(report: Report) -> str:
             what_if_banner(report.runners),
             installs_notice(report.runners),
             _summary_bar(report),
+            _failures_section(report),
             _filters(report),
             f"<main>{_matrix(report, index_of)}</main>",
             _deviations_section(report),

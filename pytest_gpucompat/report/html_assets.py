@@ -31,7 +31,8 @@ a{color:#2563eb;text-decoration:none}a:hover{text-decoration:underline}
 .s-passed{background:var(--pass)}.s-failed{background:var(--fail)}.s-error{background:var(--err)}
 .s-xfailed{background:var(--xf)}.s-xpassed{background:var(--xp)}
 .s-known-bad{background:repeating-linear-gradient(135deg,#ea580c 0 3px,#fdba74 3px 6px)}
-.s-unavailable{background:#94a3b8}.s-too-big{background:#0284c7}
+.s-unavailable{background:#94a3b8}.s-too-big{background:#0284c7}.s-no-gpu{background:#475569}
+.s-needs-gpus{background:#0369a1}.s-too-little-memory{background:#0891b2}
 .s-not-covered{background:repeating-linear-gradient(45deg,#cbd5e1 0 3px,#f1f5f9 3px 6px)}
 .s-claim{background:#e5e7eb;border:1px dashed #6b7280}
 .whatif{background:#f5f3ff;border:1px solid #ddd6fe;color:#4c1d95;padding:8px 12px;border-radius:6px;margin:12px 0}
@@ -85,6 +86,9 @@ td.cell.dim{opacity:.25}
 td[data-state=known-bad],.pill[data-state=known-bad]{
 background:repeating-linear-gradient(135deg,#ffedd5 0 6px,#fed7aa 6px 12px);color:#9a3412}
 td[data-state=too-big],.pill[data-state=too-big]{background:#e0f2fe;color:#075985}
+td[data-state=no-gpu],.pill[data-state=no-gpu]{background:#e2e8f0;color:#1e293b}
+td[data-state=needs-gpus],.pill[data-state=needs-gpus]{background:#e0f2fe;color:#075985}
+td[data-state=too-little-memory],.pill[data-state=too-little-memory]{background:#cffafe;color:#155e75}
 td[data-state=unavailable],.pill[data-state=unavailable]{background:#f1f5f9;color:#475569}
 td[data-state=not-covered],.pill[data-state=not-covered]{
 background:repeating-linear-gradient(45deg,#f8fafc 0 6px,#e2e8f0 6px 12px);
@@ -97,6 +101,15 @@ text-align:center;color:#fff;background:#64748b;vertical-align:1px}
 .sev-broken{background:#dc2626;color:#fff}.sev-degraded{background:#d97706;color:#fff}
 .sev-advice{background:#2563eb;color:#fff}.sev-claim{background:#e5e7eb;color:#374151}
 #unconfirmed summary h2{display:inline}
+#failures{margin:14px 0}ol.failures{list-style:none;padding:0;margin:0}
+li.failure{border:1px solid #fecaca;border-left:4px solid var(--fail);border-radius:6px;padding:8px 12px;
+margin:0 0 10px;background:#fff}
+li.failure[data-outcome=xpassed]{border-color:#e9d5ff;border-left-color:var(--xp)}
+li.failure p{margin:3px 0}.fail-head .func{font-weight:600}.fail-head .path{color:var(--muted);font-size:12px}
+.fail-head .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600}
+.workaround{color:#166534}
+pre.log{max-height:22em;overflow:auto;background:var(--soft);border:1px solid var(--line);border-radius:6px;
+padding:6px 8px;font-size:12px;margin:4px 0}
 .sev{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px}
 .empty{color:var(--muted);padding:12px}
 table.grid{border-collapse:collapse;font-size:13px}table.grid th,table.grid td{border:1px solid var(--line);

@@ -17,7 +17,7 @@ from ..metrics import KEY_FIGURES
 from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
-from .figures import STATES, cell_state, format_value, rule_of
+from .figures import ROW_ORDER, RULE_SKIPS, cell_state, cell_word, format_value, rows_failures_first, rule_of
 from .merge import matrix_rows, uncovered_cells
 from .model import DEVIATIONS_SUMMARY, OUTCOMES, SEVERITIES, CellRecord, FindingRecord, Report, deviation_groups
 from .text import (
@@ -102,10 +102,6 @@ GITHUB_SUMMARY_LIMIT = 1024 * 1024
 MAX_SUMMARY_BYTES = 1_000_000
 _NOTE_BYTES = 400  # kept free for the notes that say what was cut
 
-# Matrix rows, regressions first: a row sorts by its most serious cell (figures.cell_state), then in test order.
-_ROW_RANK = {"failed": 0, "error": 0, "xpassed": 1, "known-bad": 2, "xfailed": 2, "passed": 3}
-_ROW_ORDER = ("Rows with a failed or errored cell first, then XPASS, then known bad (skipped or xfailed), then "
-              "passed; the rest after.")
 
 
 def _size(lines: Iterable[str]) -> int:
@@ -215,9 +211,9 @@ def _cell_text(cell: CellRecord, what_if: bool) -> str:
     """A runner's column of a matrix row: status word, *(ran)* in a what-if run, the key figures it recorded."""
     word = STATUS_WORDS[cell.outcome]
     state = cell_state(cell)
-    if state in ("known-bad", "too-big"):  # a skip a rule decided: say so, and which rule
+    if state in RULE_SKIPS:  # a skip a rule decided: say so, and which rule
         rule = rule_of(cell)
-        word = STATES[state][0] + (f" ({_code(rule, table=True)})" if rule else "")
+        word = cell_word(cell, state) + (f" ({_code(rule, table=True)})" if rule else "")
     elif cell.known_issue:  # a failure a rule's signature identifies
         word += f" (known issue {_code(cell.known_issue['id'], table=True)})"
     if what_if and cell.ran:
@@ -235,10 +231,6 @@ def _params_text(cell: CellRecord, with_model: bool) -> str:
     return _code(text, table=True) if text else ""
 
 
-def _row_rank(row: dict[str, CellRecord]) -> int:
-    return min(_ROW_RANK.get(cell_state(cell), 4) for cell in row.values())
-
-
 def _matrix(report: Report, max_rows: int, budget: int) -> list[str]:
     runners = list(report.runners)
     rows = matrix_rows(report)
@@ -246,10 +238,10 @@ def _matrix(report: Report, max_rows: int, budget: int) -> list[str]:
     if not rows:
         return out + ["No gpucompat cells in this report.", ""]
     what_if = {name for name, fp in report.runners.items() if fp.get("what_if")}
-    rows = sorted(rows, key=lambda item: _row_rank(item[1]))  # stable: test order within a rank
+    rows = rows_failures_first(rows)  # stable: test order within a rank
     with_model = len(models_in(report.cells)) > 1
     lines = _table(["Test", "Engine", "Params", *(_text(r) for r in runners)], [])
-    out += [_ROW_ORDER, ""]
+    out += [ROW_ORDER, ""]
     used = _size(out) + _size(lines)
     shown = 0
     for _nodeid, row in rows[:max_rows]:
