@@ -51,3 +51,9 @@ def requires(module: str) -> None:
     """Skip unless ``module`` is installed, without importing it in the test."""
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands fit their text to the terminal ($COLUMNS first): the same width wherever the tests run."""
+    monkeypatch.setenv("COLUMNS", "100")

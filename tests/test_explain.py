@@ -24,6 +24,12 @@ from pytest_gpucompat.report.merge import merge_reports
 from pytest_gpucompat.report.model import Report
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read whole lines; test_textfit.py checks that the text fits a terminal."""
+    monkeypatch.setenv("COLUMNS", "1000")
 VLLM = REPORTS / "h200-580.159.04-vllm-0.26.0.json"  # 3 failed cells: the embedding one and two without uvicorn
 PASSED = REPORTS / "h200-580.159.04-sglang-0.5.16.json"
 QWEN3_ASR = "ValueError: 'qwen3_asr' is already used by a Transformers config, pick another name."

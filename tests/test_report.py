@@ -796,7 +796,8 @@ def test_cmd_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert cli.cmd_diff(base, base, []) == 0
     assert cli.cmd_diff(base, cur, []) == 0
     assert cli.cmd_diff(base, cur, ["tokens_per_s:-10%"]) == 1
-    assert "tokens_per_s 800 → 500 (-37.5%, threshold tokens_per_s:-10%)" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the text is wrapped to the terminal
+    assert "tokens_per_s 800 → 500 (-37.5%, threshold tokens_per_s:-10%)" in out
     assert cli.cmd_diff(base, cur, ["tokens_per_s:10"]) == 2
     assert cli.cmd_diff(base, tmp_path / "nope.json", []) == 2
     err = capsys.readouterr().err.splitlines()

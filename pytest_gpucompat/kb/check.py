@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..fingerprint import Fingerprint
+from ..textfit import fit, terminal_width
 from .verdicts import Finding, confirmed
 
 _HEADINGS = {
@@ -36,7 +37,9 @@ def verdict(findings: Sequence[Finding]) -> str:
     return ", ".join(f"{n} {s}" for n, s in counts) if counts else "no known problems"
 
 
-def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
+def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | None = None) -> str:
+    """The readable answer, no line wider than `width` (default: the terminal's, textfit.terminal_width)."""
+    width = width or terminal_width()
     lines = [f"{fp.name or 'fingerprint'}: {fp.summary()}"]
     for reason in fp.reasons:
         lines.append(f"  note: {reason}")
@@ -48,14 +51,14 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
         lines.append("")
         lines.append(f"{_HEADINGS[severity]} ({len(group)})")
         for f in group:
-            lines.extend(_finding_lines(f))
+            lines.extend(_finding_lines(f, width))
     advice = [f for f in evidence if f.severity == "advice"]
     if advice:
         lines.append("")
         lines.append(f"RECOMMENDATIONS for this hardware ({len(advice)})")
         for f in advice:
             text = f.workaround or f.summary
-            lines.append(_wrap(f"- {text}", "  "))
+            lines.append(_wrap(f"- {text}", "  ", width))
             lines.append(f"    [{f.id}, {f.confidence}]")
     claims = [f for f in findings if f.unconfirmed]
     if claims:
@@ -64,23 +67,23 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding]) -> str:
                      "test, never counted as a problem")
         for f in claims:
             what = "" if f.severity == "advice" else f" would be {f.severity} ({f.failure}):"
-            lines.append(_wrap(f"- [{f.id}]{what} {f.summary}", "    "))
+            lines.append(_wrap(f"- [{f.id}]{what} {f.summary}", "    ", width))
     lines.append("")
     lines.append(f"verdict: {verdict(findings)} ({_count(len(advice), 'recommendation')}, "
                  f"{_count(len(claims), 'unconfirmed claim')})")
-    return "\n".join(lines)
+    return fit("\n".join(lines), width, hanging="    ")
 
 
-def _finding_lines(f: Finding) -> list[str]:
+def _finding_lines(f: Finding, width: int) -> list[str]:
     engine = f"{f.engine}: " if f.engine else ""
-    out = [_wrap(f"- [{f.id}] {engine}{f.summary}", "    ")]
+    out = [_wrap(f"- [{f.id}] {engine}{f.summary}", "    ", width)]
     out.append(f"    how it fails: {f.failure}; confidence: {f.confidence}")
     if f.detail:
-        out.append(_wrap(f"    here: {f.detail}", "      "))
+        out.append(_wrap(f"    here: {f.detail}", "      ", width))
     if f.symptom:
-        out.append(_wrap(f"    symptom: {f.symptom}", "      "))
+        out.append(_wrap(f"    symptom: {f.symptom}", "      ", width))
     if f.workaround:
-        out.append(_wrap(f"    workaround: {f.workaround}", "      "))
+        out.append(_wrap(f"    workaround: {f.workaround}", "      ", width))
     out.append("    sources: " + "; ".join(ref for _, ref in f.sources))
     return out
 
@@ -89,6 +92,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _wrap(text: str, indent: str) -> str:
-    return textwrap.fill(text, width=110, subsequent_indent=indent, break_long_words=False,
+def _wrap(text: str, indent: str, width: int) -> str:
+    return textwrap.fill(text, width=width, subsequent_indent=indent, break_long_words=False,
                          break_on_hyphens=False)

@@ -193,7 +193,7 @@ def _one_line(text: str) -> str:
     return line if len(line) <= 200 else line[:199] + "…"
 
 
-def proposals_yaml(rules: Sequence[Mapping[str, Any]]) -> str:
+def proposals_yaml(rules: Sequence[Mapping[str, Any]], width: int = 120) -> str:
     """A rule file holding the proposals, ready for ``--kb`` or ``matrices/rules/``, written as the shipped rule
     files are: lists and mappings of plain values on one line (``gpu: [NVIDIA H200]``)."""
     import yaml
@@ -208,4 +208,4 @@ def proposals_yaml(rules: Sequence[Mapping[str, Any]]) -> str:
     Dumper.add_representer(dict, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(),
                                                                   flow_style=flat(v.values())))
     return yaml.dump({"rules": [dict(r) for r in rules]}, Dumper=Dumper, sort_keys=False, allow_unicode=True,
-                     width=120, indent=2)
+                     width=width, indent=2)

@@ -121,18 +121,19 @@ def cmd_diff(
     fail_on: Sequence[str] | None = None,
     allow_missing: bool = False,
 ) -> int:
-    """Compare current with baseline: exit 1 on a regression (lost coverage included unless `allow_missing`), 0
-    when none, 2 on bad input.
+    """Compare current with baseline: exit 1 on a regression (lost coverage included unless `allow_missing`; a
+    figure changed beyond the runs' noise when `fail_on` has `changed`), 0 when none, 2 on bad input.
 
     A missing baseline is bad input too (a gate with nothing to compare must not pass), with the first run's way
     out in the message; so is a threshold on a metric neither report nor the registry knows.
     """
-    from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
+    from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
     from .io import load_report
     from .model import ReportError
+    from .thresholds import parse_fail_on
 
     try:
-        thresholds = [parse_threshold(expr) for expr in fail_on or ()]
+        thresholds, changed = parse_fail_on(fail_on or ())
     except ValueError as exc:
         return _error("diff", str(exc))
     if not os.path.lexists(baseline):
@@ -143,7 +144,7 @@ def cmd_diff(
         check_thresholds(thresholds, old, new)
     except (ReportError, ValueError) as exc:
         return _error("diff", str(exc))
-    result = diff_reports(old, new, thresholds, allow_missing=allow_missing)
+    result = diff_reports(old, new, thresholds, allow_missing=allow_missing, fail_on_changed=changed)
     sys.stdout.write(format_diff(result))
     return EXIT_REGRESSED if result.regressed else EXIT_OK
 
@@ -267,8 +268,9 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "diff",
         help="compare a report with a baseline (CI gate)",
         description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails, "
-        "a new broken finding, a metric worse than a --compare-fail threshold, also spelled --fail-on), 0 "
-        "otherwise, 2 on bad input (a missing baseline, an unknown metric).",
+        "a new broken finding, a metric worse than a --compare-fail threshold, also spelled --fail-on, or with "
+        "--fail-on changed any figure changed beyond the runs' noise), 0 otherwise, 2 on bad input (a missing "
+        "baseline, an unknown metric). Always prints the compare table of the figures both reports recorded.",
     )
     p.add_argument("baseline", help="baseline report JSON")
     p.add_argument("current", help="current report JSON")

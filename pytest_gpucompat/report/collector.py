@@ -323,10 +323,10 @@ class ReportCollector:
             return
         from .io import load_report
         from .model import ReportError
-        from .thresholds import check_thresholds, parse_threshold
+        from .thresholds import check_thresholds, parse_fail_on
 
         try:
-            thresholds = [parse_threshold(e) for e in exprs]
+            thresholds, _ = parse_fail_on(exprs)
             if os.path.lexists(baseline):
                 check_thresholds(thresholds, load_report(baseline))
         except (ReportError, ValueError) as exc:
@@ -334,13 +334,14 @@ class ReportCollector:
 
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
-        from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note, parse_threshold
+        from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
         from .io import load_report
         from .model import ReportError
+        from .thresholds import parse_fail_on
 
         current = self.build()
         try:
-            thresholds = [parse_threshold(e) for e in self.state.settings.compare_fail]
+            thresholds, changed = parse_fail_on(self.state.settings.compare_fail)
             base = load_report(baseline) if os.path.lexists(baseline) else None
             check_thresholds(thresholds, *(r for r in (base, current) if r is not None))
         except (ReportError, ValueError) as exc:
@@ -349,7 +350,8 @@ class ReportCollector:
         if base is None:
             self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
             return 0
-        result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing)
+        result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing,
+                              fail_on_changed=changed)
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 

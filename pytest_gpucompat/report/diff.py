@@ -26,6 +26,8 @@ from typing import Literal
 from .. import outputs
 from ..metrics import spread_name
 from . import cross
+from .compare import CompareRow, cell_rows
+from .diff_text import format_diff
 from .model import CellRecord, FindingRecord, Report
 from .thresholds import Threshold, check_thresholds, known_metrics, parse_threshold
 
@@ -101,10 +103,20 @@ class DiffResult:
     incomplete: str | None = None
     """Why the current report cannot stand for a whole run (interrupted, no cell): a regression."""
     allow_missing: bool = False
+    rows: tuple[CompareRow, ...] = ()
+    """The compare table: every figure both reports recorded per cell, with its noise band and verdict."""
+    fail_on_changed: bool = False
+    """`--fail-on changed`: a figure that moved beyond its noise band is a regression."""
+
+    @property
+    def changed(self) -> tuple[CompareRow, ...]:
+        """The figures that moved beyond their noise band (changed, regressed or improved)."""
+        return tuple(row for row in self.rows if row.moved)
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regressions or self.new_broken or self.incomplete or (self.lost and not self.allow_missing))
+        return bool(self.regressions or self.new_broken or self.incomplete or (self.lost and not self.allow_missing)
+                    or (self.fail_on_changed and self.changed))
 
     @property
     def clean(self) -> bool:
@@ -118,6 +130,7 @@ class DiffResult:
             or self.missing_cells
             or self.lost
             or self.incomplete
+            or self.changed
         )
 
 
@@ -285,16 +298,26 @@ def _with_output_drift(before: CellRecord, after: CellRecord) -> tuple[CellRecor
             replace(after, metrics={**after.metrics, **compared.figures}))
 
 
+def cannot_run_here(cell: CellRecord) -> bool:
+    """A cell skipped because this runner cannot meet its needs (GPUs, memory): a fact about the runner, so its
+    findings (e.g. vllm-parallel-needs-visible-gpus on one GPU) are no new breakage of the stack."""
+    if cell.outcome not in ("skipped", "not-covered"):
+        return False
+    return (cell.reason or "").lstrip().startswith("cannot run here") or any(f.extra.get("need") for f in cell.findings)
+
+
 def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = (),
-                 allow_missing: bool = False) -> DiffResult:
+                 allow_missing: bool = False, fail_on_changed: bool = False) -> DiffResult:
     """Regressions, improvements, new broken findings, newly stale rules, new and missing cells, lost coverage.
 
     A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a new cell that
     fails or errors (a failing cell renamed is not a clean run), a figure worse beyond one of `thresholds` and
     beyond the runs' noise (module doc), or (in `new_broken`) a finding of severity broken the baseline's cell did
-    not have. Lost coverage (`lost`) is a regression unless `allow_missing`: a gate must not pass because the
-    cells that could fail did not run. A current report that was interrupted or has no cell is a regression too.
-    Stale rules are listed when the current report has them and the baseline did not.
+    not have, unless the cell cannot run on this runner (`cannot_run_here`). Lost coverage (`lost`) is a regression
+    unless `allow_missing`: a gate must not pass because the cells that could fail did not run. A current report
+    that was interrupted or has no cell is a regression too.
+    Stale rules are listed when the current report has them and the baseline did not. `rows` is the compare table
+    (report/compare.py); with `fail_on_changed` a figure that moved beyond its noise band is a regression too.
     """
     limits = tuple(thresholds)
     by_runner, only_base, only_cur, matching = _keying(baseline, current)
@@ -305,6 +328,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
     improvements: list[Change] = []
     within_noise: list[Change] = []
     new_broken: list[NewFinding] = []
+    rows: list[CompareRow] = []
     base_broken_ids = {f.id for c in base.values() for f in c.findings if f.severity == "broken"}
 
     lost: list[Change] = []
@@ -328,7 +352,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
     for key, after in cur.items():
         before = base.get(key)
         known = {f.id for f in before.findings} if before is not None else base_broken_ids
-        for finding in after.findings:
+        for finding in () if cannot_run_here(after) else after.findings:
             if finding.severity == "broken" and not finding.unconfirmed and finding.id not in known:
                 new_broken.append(
                     NewFinding(
@@ -364,6 +388,9 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         regressions.extend(worse)
         improvements.extend(better)
         within_noise.extend(noisy)
+        decided = {c.metric: v for v, found in (("regressed", worse), ("improved", better), ("within noise", noisy))
+                   for c in found if c.metric}
+        rows.extend(cell_rows(key, before, after, decided))
 
     old_stale = {s.rule_id for s in stale_rules(baseline)}
     return DiffResult(
@@ -379,6 +406,8 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         lost=tuple(lost),
         incomplete=_incomplete(current),
         allow_missing=allow_missing,
+        rows=tuple(rows),
+        fail_on_changed=fail_on_changed,
     )
 
 
@@ -389,68 +418,3 @@ def _incomplete(current: Report) -> str | None:
         ran = sum(1 for c in current.cells if c.ran)
         return f"the current run was interrupted ({ran} of {len(current.cells)} cells ran)"
     return None
-
-
-def _section(title: str, lines: Sequence[str], limit: int) -> list[str]:
-    if not lines:
-        return []
-    out = [f"{title} ({len(lines)}):"]
-    out.extend(f"  - {line}" for line in lines[:limit])
-    if len(lines) > limit:
-        out.append(f"  ... and {len(lines) - limit} more")
-    return out
-
-
-def _change_line(change: Change) -> str:
-    where = change.key if change.key.startswith(f"{change.runner}: ") else f"{change.key} [{change.runner}]"
-    if change.kind == "metric":
-        return f"{where}: {change.metric} {change.before} → {change.after} ({change.detail})"
-    tail = f": {change.detail}" if change.detail else ""
-    return f"{where}: {change.before} → {change.after}{tail}"
-
-
-def format_diff(result: DiffResult, limit: int = 50) -> str:
-    """Human-readable diff for a terminal or a CI log; the first line is the verdict."""
-    if result.regressed:
-        parts = [f"{len(result.regressions)} regression(s)", f"{len(result.new_broken)} new broken finding(s)"]
-        if result.lost and not result.allow_missing:
-            parts.append(f"{len(result.lost)} lost (passed in the baseline, not run or not measured now)")
-        if result.incomplete:
-            parts.append(result.incomplete)
-        verdict = "REGRESSED: " + ", ".join(parts)
-    elif result.clean:
-        verdict = "clean: no differences"
-    else:
-        verdict = "no regressions"
-    if result.within_noise:  # a gate that passed on noise should say so on its first line
-        verdict += f"; {len(result.within_noise)} change(s) beyond a threshold but within the runs' noise"
-    lines = [f"gpucompat diff: {verdict}", f"{result.compared} cell(s) compared {result.matching}"]
-    lines += _section("Regressions", [_change_line(c) for c in result.regressions], limit)
-    lost_title = "Lost coverage" + (" (allowed: --allow-missing)" if result.allow_missing else
-                                    " (a regression; --allow-missing accepts it)")
-    lines += _section(lost_title, [_change_line(c) for c in result.lost], limit)
-    lines += _section(
-        "New broken findings",
-        [
-            f"{n.key}: {n.finding_id}" + (f" ({n.confidence})" if n.confidence else "") + f": {n.summary}"
-            for n in result.new_broken
-        ],
-        limit,
-    )
-    lines += _section("Improvements", [_change_line(c) for c in result.improvements], limit)
-    lines += _section(
-        "Within noise (beyond a threshold, not beyond the runs' spread: not a regression)",
-        [_change_line(c) for c in result.within_noise],
-        limit,
-    )
-    lines += _section(
-        "Stale rules (a known-bad cell passed)",
-        [
-            f"{s.rule_id}: {s.suggestion}; XPASS on {len(s.cells)} cell(s), e.g. {s.cells[0]}"
-            for s in result.stale_rules
-        ],
-        limit,
-    )
-    lines += _section("New cells", list(result.new_cells), limit)
-    lines += _section("Missing cells", list(result.missing_cells), limit)
-    return "\n".join(lines) + "\n"

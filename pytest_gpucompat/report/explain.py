@@ -18,6 +18,7 @@ from ..kb.failure_modes import FailureMode
 from ..kb.propose import error_line, group_failures, proposals_yaml, propose_rule
 from ..kb.schema import KnowledgeBase, Rule
 from ..kb.signatures import Failure, explained_by_entry, explaining_rules
+from ..textfit import fit, terminal_width
 from .model import CellRecord, Report
 from .text import one_line
 
@@ -98,9 +99,11 @@ def _cell_line(cell: CellRecord) -> str:
     return f"  - {cell.runner}: {cell.nodeid}: {cell.outcome}: {one_line(cell.reason or 'no reason recorded', 240)}"
 
 
-def format_explanation(result: Explanation) -> str:
+def format_explanation(result: Explanation, width: int | None = None) -> str:
     """The readable answer: one block per known issue with its workaround, one per kind of unexplained failure,
-    then the proposed rules as one rule file."""
+    then the proposed rules as one rule file. No line of prose is wider than `width` (default: the terminal's);
+    the rule file is YAML, folded by its dumper where it can be."""
+    width = width or terminal_width()
     if not result.failed:
         return f"{result.source}: no failed or errored cell\n"
     unexplained = sum(len(u.cells) for u in result.unexplained)
@@ -127,9 +130,12 @@ def format_explanation(result: Explanation) -> str:
         lines += [_cell_line(cell) for cell in result.stopped]
     if result.unexplained:
         lines += ["", "proposed rules (a rule file: check the cause, narrow when:, add a workaround, then use it with "
-                      "--kb FILE or put it under matrices/rules/):", ""]
-        lines.append(proposals_yaml([u.proposal for u in result.unexplained]).rstrip())
-    return "\n".join(lines) + "\n"
+                      "--kb FILE or put it under matrices/rules/):"]
+    text = fit("\n".join(lines) + "\n", width, hanging="    ")
+    if result.unexplained:
+        rules = proposals_yaml([u.proposal for u in result.unexplained], width=max(width - 24, 40))
+        text += "\n" + rules.rstrip() + "\n"
+    return text
 
 
 def _cell_json(cell: CellRecord, ids: Sequence[str] = ()) -> dict[str, Any]:

@@ -108,8 +108,8 @@ li.failure[data-outcome=xpassed]{border-color:#e9d5ff;border-left-color:var(--xp
 li.failure p{margin:3px 0}.fail-head .func{font-weight:600}.fail-head .path{color:var(--muted);font-size:12px}
 .fail-head .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600}
 .workaround{color:#166534}
-pre.log{max-height:22em;overflow:auto;background:var(--soft);color:#0f172a;border:1px solid var(--line);border-radius:6px;
-padding:6px 8px;font-size:12px;margin:4px 0}
+pre.log{max-height:22em;overflow:auto;background:var(--soft);color:#0f172a;border:1px solid var(--line);
+border-radius:6px;padding:6px 8px;font-size:12px;margin:4px 0}
 .sev{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px}
 .empty{color:var(--muted);padding:12px}
 table.grid{border-collapse:collapse;font-size:13px}table.grid th,table.grid td{border:1px solid var(--line);

@@ -70,6 +70,20 @@ def parse_threshold(expr: str) -> Threshold:
     )
 
 
+CHANGED = "changed"
+"""The `--fail-on` value that fails on any figure that moved beyond its noise band (report/compare.py)."""
+
+
+def parse_fail_on(exprs: Iterable[str]) -> tuple[list[Threshold], bool]:
+    """The `--fail-on` values: (the thresholds, whether `changed` was given); a bad one is a one-line ValueError."""
+    exprs = list(exprs)
+    changed = any((e or "").strip() == CHANGED for e in exprs)
+    try:
+        return [parse_threshold(e) for e in exprs if (e or "").strip() != CHANGED], changed
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or {CHANGED} (fail on any figure changed beyond the runs' noise)") from None
+
+
 def known_metrics(*reports: Report) -> set[str]:
     """The registry's metrics and every metric some cell of `reports` recorded (user suites record their own)."""
     known = set(METRICS)

@@ -1,0 +1,101 @@
+"""`gpucompat diff` as text: the verdict line, the cell counts, the compare table, then the lists of what moved.
+
+Every line fits the terminal (pytest_gpucompat.textfit): long node ids are shortened in the middle, prose wraps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..textfit import fit, terminal_width
+from .compare import format_table
+
+if TYPE_CHECKING:
+    from .diff import Change, DiffResult
+
+
+def _section(title: str, lines: Sequence[str], limit: int) -> list[str]:
+    if not lines:
+        return []
+    out = [f"{title} ({len(lines)}):"]
+    out.extend(f"  - {line}" for line in lines[:limit])
+    if len(lines) > limit:
+        out.append(f"  ... and {len(lines) - limit} more")
+    return out
+
+
+def _change_line(change: Change) -> str:
+    where = change.key if change.key.startswith(f"{change.runner}: ") else f"{change.key} [{change.runner}]"
+    if change.kind == "metric":
+        return f"{where}: {change.metric} {change.before} → {change.after} ({change.detail})"
+    tail = f": {change.detail}" if change.detail else ""
+    return f"{where}: {change.before} → {change.after}{tail}"
+
+
+def _cell_counts(result: DiffResult) -> str:
+    """The summary line: how many cells were compared, changed (an outcome or a figure moved), regressed, missing
+    and new."""
+    changed = {row.key for row in result.changed}
+    changed |= {c.key for c in (*result.regressions, *result.improvements) if c.kind == "outcome"}
+    regressed = {c.key for c in result.regressions} | {n.key for n in result.new_broken}
+    if not result.allow_missing:
+        regressed |= {c.key for c in result.lost}
+    if result.fail_on_changed:
+        regressed |= {row.key for row in result.changed}
+    return (f"cells: {result.compared} compared, {len(changed)} changed, {len(regressed)} regressed, "
+            f"{len(result.missing_cells)} missing, {len(result.new_cells)} new (matched {result.matching})")
+
+
+def format_diff(result: DiffResult, limit: int = 50, width: int | None = None) -> str:
+    """Human-readable diff for a terminal or a CI log, no line wider than `width` (default: the terminal's); the
+    first line is the verdict, the second the cell counts, then the compare table."""
+    width = width or terminal_width()
+    if result.regressed:
+        parts = [f"{len(result.regressions)} regression(s)", f"{len(result.new_broken)} new broken finding(s)"]
+        if result.lost and not result.allow_missing:
+            parts.append(f"{len(result.lost)} lost (passed in the baseline, not run or not measured now)")
+        if result.incomplete:
+            parts.append(result.incomplete)
+        if result.fail_on_changed and result.changed:
+            parts.append(f"{len(result.changed)} changed figure(s) (--fail-on changed)")
+        verdict = "REGRESSED: " + ", ".join(parts)
+    elif result.clean:
+        verdict = "clean: no differences"
+    else:
+        verdict = "no regressions"
+    if result.within_noise:  # a gate that passed on noise should say so on its first line
+        verdict += f"; {len(result.within_noise)} change(s) beyond a threshold but within the runs' noise"
+    if result.changed and not result.fail_on_changed:
+        verdict += f"; {len(result.changed)} figure(s) changed beyond the runs' noise"
+    lines = [f"gpucompat diff: {verdict}", _cell_counts(result)]
+    lines += format_table(result.rows, width)
+    lines += _section("Regressions", [_change_line(c) for c in result.regressions], limit)
+    lost_title = "Lost coverage" + (" (allowed: --allow-missing)" if result.allow_missing else
+                                    " (a regression; --allow-missing accepts it)")
+    lines += _section(lost_title, [_change_line(c) for c in result.lost], limit)
+    lines += _section(
+        "New broken findings",
+        [
+            f"{n.key}: {n.finding_id}" + (f" ({n.confidence})" if n.confidence else "") + f": {n.summary}"
+            for n in result.new_broken
+        ],
+        limit,
+    )
+    lines += _section("Improvements", [_change_line(c) for c in result.improvements], limit)
+    lines += _section(
+        "Within noise (beyond a threshold, not beyond the runs' spread: not a regression)",
+        [_change_line(c) for c in result.within_noise],
+        limit,
+    )
+    lines += _section(
+        "Stale rules (a known-bad cell passed)",
+        [
+            f"{s.rule_id}: {s.suggestion}; XPASS on {len(s.cells)} cell(s), e.g. {s.cells[0]}"
+            for s in result.stale_rules
+        ],
+        limit,
+    )
+    lines += _section("New cells", list(result.new_cells), limit)
+    lines += _section("Missing cells", list(result.missing_cells), limit)
+    return fit("\n".join(lines) + "\n", width)
