@@ -154,9 +154,12 @@ def cmd_explain(
     kb: Sequence[str | os.PathLike[str]] = (),
     builtin: bool = True,
     as_json: bool = False,
+    write: bool = False,
 ) -> int:
     """Which known issue each failed or errored cell is; a proposed rule for the others. Exit 0 when every failure
-    is explained (or there is none), 1 when some are not, 2 on bad input."""
+    is explained (or there is none), 1 when some are not, 2 on bad input. ``write``: the report itself gets each
+    cell's `explained_by` as the knowledge base judges it now (a rule written after the run explains the run's
+    failures in every rendering made from it)."""
     import json
 
     from ..errors import InputError
@@ -169,9 +172,18 @@ def cmd_explain(
     source = os.fspath(path)
     try:
         report = load_report(source)
-        result = explain_report(report, load_kb(kb, builtin=builtin), source, load_failure_modes())
+        knowledge = load_kb(kb, builtin=builtin)
+        result = explain_report(report, knowledge, source, load_failure_modes())
     except (ReportError, InputError) as exc:
         return _error("explain", str(exc))
+    if write:
+        from .explain import with_explanations
+        from .io import write_report_atomic
+
+        try:
+            write_report_atomic(with_explanations(report, result, knowledge), source)
+        except OSError as exc:
+            return _error("explain", f"cannot write {_os_message(exc)}")
     sys.stdout.write(json.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
                      else format_explanation(result))
     return EXIT_UNEXPLAINED if result.unexplained or result.stopped else EXIT_OK
@@ -234,7 +246,8 @@ def _run_diff(args: argparse.Namespace) -> int:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    return cmd_explain(args.report, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json)
+    return cmd_explain(args.report, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json,
+                       write=args.write)
 
 
 def _run_golden(args: argparse.Namespace) -> int:
@@ -288,6 +301,9 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
     p.add_argument("report", help=REPORT_HELP)
     add_options(p.add_argument, "", CLI["explain"], cli=True)
     p.add_argument("--json", action="store_true", help="print JSON only")
+    p.add_argument("--write", action="store_true",
+                   help="record in REPORT each failed cell's explained_by as the knowledge base judges it now, so "
+                        "every rendering made from it says which known issue the failure is")
     p.set_defaults(func=_run_explain)
 
     p = subparsers.add_parser(

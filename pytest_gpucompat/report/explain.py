@@ -10,7 +10,7 @@ stopped before it ended (a timeout, a signal) is listed apart: that is a fact ab
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..fingerprint import Fingerprint, from_report
@@ -93,6 +93,19 @@ def explain_report(report: Report, kb: KnowledgeBase, source: str,
     return Explanation(source=source, failed=len(cells),
                        known=tuple(KnownIssue(rule, tuple(found)) for rule, found in known.values()),
                        unexplained=tuple(unexplained), stopped=stopped)
+
+
+def with_explanations(report: Report, result: Explanation, kb: KnowledgeBase) -> Report:
+    """``report`` with each failed cell's ``explained_by`` as ``result`` found it: the rules of ``kb`` that explain
+    it, best first, or none (a rule that no longer matches is dropped); every other cell as it was."""
+    by_id = kb.by_id()
+    found = {id(cell): ids for issue in result.known for cell, ids in issue.cells}
+    cells = tuple(
+        replace(cell, explained_by=tuple(explained_by_entry(by_id[i]) for i in found.get(id(cell), ()) if i in by_id))
+        if cell.outcome in FAILED else cell
+        for cell in report.cells
+    )
+    return replace(report, cells=cells)
 
 
 def _cell_line(cell: CellRecord) -> str:
