@@ -44,3 +44,11 @@ def test_without_write_the_report_is_untouched(tmp_path: Path, capsys: pytest.Ca
     cli.main(["explain", str(path)])
     capsys.readouterr()
     assert path.read_bytes() == before
+
+
+def test_report_says_what_it_wrote_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    assert cli.main(["report", str(REPORT), "--html", str(html), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == (f"gpucompat report: 30 cells from {REPORT}; wrote html {html}, markdown {md}")
+    assert html.stat().st_size and md.stat().st_size

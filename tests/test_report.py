@@ -745,7 +745,8 @@ def test_cmd_report_writes_files(
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     html, md, junit = tmp_path / "r.html", tmp_path / "r.md", tmp_path / "r.xml"
     assert cli.cmd_report(report_file, html=html, markdown=md, junit=junit) == 0
-    assert capsys.readouterr().out == ""
+    out = capsys.readouterr().out  # one line: what was written where (the Markdown went to its file)
+    assert out.count("\n") == 1 and f"html {html}, markdown {md}, junit {junit}" in out
     assert html.read_text(encoding="utf-8").startswith("<!doctype html>")
     assert md.read_text(encoding="utf-8").startswith("## GPU")
     ET.parse(junit)

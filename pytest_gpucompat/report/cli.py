@@ -68,6 +68,7 @@ def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] |
         return _error("report", str(exc))
     md = render_markdown(report)
     option: str | None = None
+    written: list[str] = []
     try:
         for name, (module, renderer, _help) in FORMATS.items():
             target = outputs.get(name)
@@ -76,12 +77,18 @@ def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] |
             option = f"--{name}"
             render = getattr(import_module(f".{module}", __package__), renderer)
             write_text_atomic(target, md if render is render_markdown else render(report))
+            written.append(f"{name} {os.fspath(target)}")
         option = "$GITHUB_STEP_SUMMARY"
-        write_step_summary(md)
+        if write_step_summary(md):
+            written.append(f"markdown $GITHUB_STEP_SUMMARY ({os.environ.get('GITHUB_STEP_SUMMARY')})")
     except OSError as exc:
         return _cannot_write("report", option, exc)
     if not any(outputs.values()):
         sys.stdout.write(md)
+    else:  # what was written where, so a CI log shows where to look
+        summary = report.summary
+        sys.stdout.write(f"gpucompat report: {summary['cells']} cells from {os.fspath(path)}; wrote "
+                         + ", ".join(written) + "\n")
     return EXIT_OK
 
 
