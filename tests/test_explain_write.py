@@ -52,3 +52,23 @@ def test_report_says_what_it_wrote_where(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out.strip()
     assert out == (f"gpucompat report: 30 cells from {REPORT}; wrote html {html}, markdown {md}")
     assert html.stat().st_size and md.stat().st_size
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_the_job_summary_is_never_written_through_a_link_or_into_a_special_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    import os
+
+    target, summary = tmp_path / "elsewhere.txt", tmp_path / "summary.md"
+    target.write_text("keep\n")
+    if kind == "symlink":
+        summary.symlink_to(target)
+    else:
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        os.mkfifo(summary)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert cli.main(["report", str(REPORT), "--markdown", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "$GITHUB_STEP_SUMMARY" in err and str(summary) in err and "\n" not in err
+    assert target.read_text() == "keep\n"

@@ -8,8 +8,10 @@ summary stays under GitHub's 1 MiB job-summary limit, cutting the matrix with a 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 
 from ..errors import visible
@@ -375,6 +377,16 @@ def write_step_summary(md: str) -> bool:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return False
-    with open(path, "a", encoding="utf-8") as handle:
+    # appended to as the file it is: never through a symlink, never into a device or FIFO (an OSError naming it)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symlink; refusing to write through it", path) from None
+        raise
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file", path)
         handle.write(md if md.endswith("\n") else md + "\n")
     return True
