@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -33,7 +33,7 @@ class Facts:
     cuda_driver: Version | None
     cuda_runtime: Version | None
     packages: Mapping[str, Version]
-    installs: Mapping[str, bool | None] = None  # type: ignore[assignment]  # engine -> complete (None: unknown)
+    installs: Mapping[str, bool | None] = field(default_factory=dict)  # engine -> complete (None: unknown)
     # every tracked package the machine has is listed (a fingerprint read from a machine, which records `installs`
     # for its engines): a package it does not list is known to be absent; in a hand-written file it is not known
     packages_listed: bool = False
@@ -102,7 +102,7 @@ def install_holds(w: Conditions, installs: Mapping[str, bool | None]) -> bool:
     it declares; an engine whose install is not known holds neither."""
     assert w.install is not None
     engine, wanted = w.install
-    complete = (installs or {}).get(engine)
+    complete = installs.get(engine)
     return complete is not None and complete == (wanted == "complete")
 
 
@@ -201,7 +201,7 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
                      lambda w, v: v == w.interconnect),
     MachineCondition("install", ("install",),
                      lambda w: w.install is not None, lambda f: f.installs,
-                     lambda v: tuple(sorted((v or {}).items())), install_holds,
+                     lambda v: tuple(sorted(v.items())), install_holds,
                      known=lambda f: bool(f.installs)),
     MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
                      lambda w: w.has_gpu_condition, lambda f: f.gpus,
