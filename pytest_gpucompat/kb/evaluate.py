@@ -13,6 +13,7 @@ from ..fingerprint import Fingerprint
 from .index import index_for, matching_rules
 from .match import axis_mismatch
 from .schema import KnowledgeBase
+from .settings import setting_rules
 from .verdicts import Decision, Finding, cell_findings, decide, findings_for, with_details
 
 _MAX_VERDICTS = 16384  # distinct sets of matched rules remembered per knowledge base
@@ -38,13 +39,14 @@ def evaluate_cell(
     run_known_bad: bool = False,
     measured: Mapping[str, Any] | None = None,
 ) -> CellVerdict:
-    """Axes, matching rules, the findings that concern the cell, the default decision; a stopped cell's findings
-    say what this runner has ("needs 2 GPUs, 1 visible"). ``measured`` holds facts of the cell's model that rules
-    may need (``model_weights_mib``).
+    """Axes, matching rules (and the cell's settings that its engine's release lacks or refuses: kb.settings), the
+    findings that concern the cell, the default decision; a stopped cell's findings say what this runner has ("needs
+    2 GPUs, 1 visible"). ``measured`` holds facts of the cell's model that rules may need (``model_weights_mib``).
 
     Many cells of a matrix match the same rules, and findings and decision are pure functions of the rules: they
     are computed once per distinct set of matched rules (per knowledge base and ``run_known_bad``).
     """
+    own = params
     if measured:
         params = {**params, **measured}
     if axes:
@@ -52,6 +54,10 @@ def evaluate_cell(
         if not_covered:
             return CellVerdict(not_covered=not_covered)
     rules = matching_rules(kb, fingerprint, engine, params)
+    if engine is not None and engine in fingerprint.packages:  # the cell's settings against the release's history
+        refused = setting_rules(engine, fingerprint.packages[engine], own)
+        if refused:
+            rules = [*rules, *refused]
     cache = index_for(kb).verdicts
     key = (run_known_bad, *map(id, rules))
     verdict = cache.get(key)

@@ -1,7 +1,18 @@
-"""`gpucompat rules --lint`: which flags named by rules the installed engines really have.
+"""`gpucompat rules --lint`: the flags, environment variables and settings rules name, checked against every
+release of the engine the rule covers, offline (``kb.history``).
 
-Configurations copied from articles often carry flags that never existed or were removed; the
-engine's own ``--help`` is the ground truth for the version installed here.
+Configurations copied from articles carry flags that never existed, were removed or came later than the rule's range
+says; a workaround that names a flag its release lacks sends a user from one error to the next. For each rule naming
+something of an engine that has a release history:
+
+- a flag or variable listed in ``flags`` must exist in every release of the rule's range (its ``when.packages``
+  specifier on the engine, all releases without one); listed as ``{flag: NAME, versions: SPEC}`` it must exist in
+  exactly the releases SPEC accepts, which checks both sides of each bound;
+- every flag and engine variable the workaround or the summary names must be listed in ``flags``;
+- every engine setting in ``when.params`` must exist in every release of the range, and each value the rule names
+  must be one of its choices where the release states them.
+
+An engine without a history falls back to the installed engine's ``--help`` (flags only).
 """
 
 from __future__ import annotations
@@ -10,13 +21,17 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..engines.registry import help_commands
-from ..fingerprint import installed_packages
-from .schema import Rule
+from ..engines.registry import descriptor, help_commands, normalize_dtype
+from ..stack import installed_packages
+from ..textfit import fit
+from ..versions import normalize_package
+from .history import History, histories, is_env_name, norm_flag
+from .schema import FlagFact, Rule
 
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z0-9][\w-]*")
 
@@ -26,8 +41,152 @@ class LintResult:
     rule_id: str
     engine: str
     checked: bool
-    missing: tuple[str, ...]
+    problems: tuple[str, ...] = ()
     reason: str = ""
+    against: str = ""  # "history" or "--help"
+
+
+def lint_rules(rules: Iterable[Rule], installed: Sequence[str] | None = None,
+               known: Mapping[str, History] | None = None) -> list[LintResult]:
+    """One result per rule that names a flag, an engine variable or an engine setting of an engine."""
+    found = dict(known) if known is not None else histories()
+    results = []
+    for rule in rules:
+        if rule.engine is None:
+            continue
+        history = found.get(rule.engine)
+        if history is not None:
+            result = _lint_against_history(rule, history)
+            if result is not None:
+                results.append(result)
+            continue
+        names = [f for f in rule.flags if f.startswith("--")]
+        if names:
+            results.append(_lint_against_help(rule, names, installed))
+    return results
+
+
+def named_in_text(rule: Rule) -> list[str]:
+    """The flags (``--x``) and engine variables (``VLLM_X``) the rule's workaround and summary name."""
+    found = descriptor(rule.engine) if rule.engine else None
+    prefixes = found.env_prefixes if found is not None else ()
+    text = " ".join(t for t in (rule.workaround, rule.summary) if t)
+    names = [norm_flag(f) for f in _FLAG.findall(text)]
+    if prefixes:
+        alternatives = "|".join(map(re.escape, prefixes))
+        names += re.findall(rf"\b(?:{alternatives})[A-Z0-9_]+\b", text)
+    return list(dict.fromkeys(names))
+
+
+def _range_of(rule: Rule, history: History) -> list[int] | None:
+    """The read releases the rule covers; None when the rule is about the engine being absent."""
+    for package, spec in rule.when.packages:
+        if normalize_package(package) == history.package:
+            return None if spec is None else history.in_range(spec if str(spec) else None)
+    return history.in_range(None)
+
+
+def _lint_against_history(rule: Rule, history: History) -> LintResult | None:
+    settings = [name for name, _ in rule.when.params if history.dest_known(name)]
+    facts = [f for f in rule.flag_facts if f.name.startswith("--") or is_env_name(f.name)]
+    listed = {norm_flag(t) for f in rule.flag_facts for t in _FLAG.findall(f.name)} | {
+        f.name for f in rule.flag_facts if is_env_name(f.name)}
+    unlisted = [n for n in named_in_text(rule) if n not in listed]
+    if not (settings or facts or unlisted):
+        return None
+    span = _range_of(rule, history)
+    if span is None:
+        return LintResult(rule.id, rule.engine or "", False, reason=f"the rule is about {history.engine} absent")
+    problems = [f"the workaround or summary names {n}: list it in flags (with versions where it is not in every "
+                f"release the rule covers)" for n in unlisted]
+    for fact in facts:
+        problems += _fact_problems(fact, span, history)
+    scoped = {attrs.get("dest") for f in rule.flag_facts if (f.versions is not None or f.nowhere)
+              and f.name.startswith("--") and "=" not in f.name for attrs in _all_attrs(history, f.name)}
+    stated = {(attrs.get("dest"), f.name.partition("=")[2].lower()) for f in rule.flag_facts if "=" in f.name
+              for attrs in _all_attrs(history, f.name)}
+    for name, cond in rule.when.params:
+        if name in settings and name not in scoped:
+            values = [v for v in cond.values or () if not (isinstance(v, str) and (name, v.lower()) in stated)]
+            problems += _setting_problems(name, values, span, history)
+    return LintResult(rule.id, rule.engine or "", True, tuple(problems), against="history")
+
+
+def _all_attrs(history: History, flag: str) -> list[Mapping[str, object]]:
+    return [attrs for _, _, attrs in history.runs.get("flags", {}).get(norm_flag(flag), ())]
+
+
+def _kind(name: str) -> str:
+    return "flags" if name.startswith("-") else "env"
+
+
+def _has(history: History, name: str, i: int) -> bool:
+    """Release ``i`` has the flag or variable; ``--flag=value``: the flag, and it accepts the value (when the
+    release states its choices)."""
+    flag, eq, value = name.partition("=")
+    attrs = history.item(_kind(flag), flag, i)
+    if attrs is None:
+        return False
+    choices = attrs.get("choices")
+    return not (eq and isinstance(choices, list) and _norm_value(flag, value) not in
+                {_norm_value(flag, str(c)) for c in choices})
+
+
+def _fact_problems(fact: FlagFact, span: list[int], history: History) -> list[str]:
+    have = [i for i in history.in_range(None) if _has(history, fact.name, i)]
+    where = history.ranges(have) or "none"
+    what = "accepts it" if "=" in fact.name else "has it"
+    if fact.nowhere:
+        return [f"{fact.name}: the rule says no {history.engine} release {what}; {where} do"] if have else []
+    if fact.versions is None:
+        missing = [i for i in span if i not in set(have)]
+        if missing:
+            return [f"{fact.name}: {history.engine} {history.ranges(missing)} (which the rule covers) lacks it; "
+                    f"{where} {what}"]
+        return []
+    stated = set(history.in_range(fact.versions))
+    if stated != set(have):
+        return [f"{fact.name}: the rule says {history.engine} {fact.versions} {what}; {where} do"]
+    return []
+
+
+def _norm_value(name: str, value: str) -> str:
+    """A value as the engine takes it: dtypes by their one name (``bf16`` is ``bfloat16``), others lower-cased."""
+    return normalize_dtype(value) if name.lstrip("-").replace("_", "-") == "dtype" else value.lower()
+
+
+def _setting_problems(name: str, values: Sequence[object], span: list[int], history: History) -> list[str]:
+    missing = [i for i in span if history.flag_for_dest(name, i) is None]
+    problems = []
+    if missing:
+        problems.append(f"setting {name} does not exist in {history.engine} {history.ranges(missing)}, which the "
+                        f"rule covers (it exists in {history.dest_where(name)})")
+    for value in values:
+        if not isinstance(value, str):
+            continue
+        refused = []
+        for i in span:
+            found = history.flag_for_dest(name, i)
+            choices = found[1].get("choices") if found else None
+            if isinstance(choices, list) and _norm_value(name, value) not in {_norm_value(name, str(c))
+                                                                                 for c in choices}:
+                refused.append(i)
+        if refused:
+            problems.append(f"{value!r} is not a choice of {name} in {history.engine} {history.ranges(refused)}")
+    return problems
+
+
+def _lint_against_help(rule: Rule, names: list[str], installed: Sequence[str] | None) -> LintResult:
+    engine = rule.engine or ""
+    have = set(installed) if installed is not None else set(installed_packages())
+    if engine not in have:
+        return LintResult(rule.id, engine, False, reason=f"{engine} has no release history and is not installed")
+    flags = engine_flags(engine)
+    if flags is None:
+        return LintResult(rule.id, engine, False, reason=f"could not read {engine} --help")
+    missing = [f for f in names if norm_flag(f) not in flags]
+    return LintResult(rule.id, engine, True, tuple(f"{f} is not in the installed {engine}'s --help" for f in missing),
+                      against="--help")
 
 
 @lru_cache(maxsize=8)
@@ -41,43 +200,23 @@ def engine_flags(engine: str) -> frozenset[str] | None:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired):
             continue
-        flags.update(_normalize(f) for f in _FLAG.findall(out.stdout + out.stderr))
+        flags.update(norm_flag(f) for f in _FLAG.findall(out.stdout + out.stderr))
     return frozenset(flags) if flags else None
 
 
-def _normalize(flag: str) -> str:
-    return flag.split("=", 1)[0].replace("_", "-").lower()
-
-
-def lint_rules(rules: Iterable[Rule], installed: Sequence[str] | None = None) -> list[LintResult]:
-    have = set(installed) if installed is not None else set(installed_packages())
-    results = []
-    for rule in rules:
-        names = [f for f in rule.flags if f.startswith("--")]
-        if not names or rule.engine is None:
-            continue
-        if rule.engine not in have:
-            results.append(LintResult(rule.id, rule.engine, False, (), f"{rule.engine} is not installed"))
-            continue
-        known = engine_flags(rule.engine)
-        if known is None:
-            results.append(LintResult(rule.id, rule.engine, False, (), f"could not read {rule.engine} --help"))
-            continue
-        missing = tuple(f for f in names if _normalize(f) not in known)
-        results.append(LintResult(rule.id, rule.engine, True, missing))
-    return results
-
-
-def format_lint(results: Sequence[LintResult]) -> str:
+def format_lint(results: Sequence[LintResult], known: Mapping[str, History] | None = None,
+                width: int | None = None) -> str:
+    found = dict(known) if known is not None else histories()
     lines = []
     for r in results:
-        if not r.checked:
-            continue
-        state = "missing " + ", ".join(r.missing) if r.missing else "all flags exist"
-        lines.append(f"{r.rule_id:<58} {r.engine:<13} {state}")
-    skipped = sorted({r.reason for r in results if not r.checked})
-    checked = sum(1 for r in results if r.checked)
-    flagged = sum(1 for r in results if r.missing)
-    lines.append(f"\n{checked} rules checked against installed engines, {flagged} name flags that do not exist")
-    lines.extend(f"not checked: {reason}" for reason in skipped)
+        for problem in r.problems:
+            lines.append(fit(f"{r.rule_id} ({r.engine}): {problem}", width))
+    checked = [r for r in results if r.checked]
+    flagged = sum(1 for r in results if r.problems)
+    against = "; ".join(f"{h.engine} {h.span()} ({sum(1 for x in h.releases if x.read)} releases)"
+                        for h in found.values())
+    lines.append(fit(f"{len(checked)} rules checked against the engines' release history ({against or 'none'}) or "
+                     f"an installed engine's --help: {flagged} with problems", width))
+    lines.extend(fit(f"not checked: {reason} ({n} rules)", width)
+                 for reason, n in sorted(Counter(r.reason for r in results if not r.checked).items()))
     return "\n".join(lines)

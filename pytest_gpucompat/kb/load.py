@@ -16,13 +16,13 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
+from ..engines.registry import kb_engine_names
 from ..errors import InputError
 from ..inputs import as_text, load_file, text_field
 from ..paths import matrices_dir
 from ..versions import norm_value, normalize_package, parse_specifier
 from .schema import (
     CONFIDENCES,
-    ENGINES,
     FAILURES,
     INSTALL_STATES,
     INTERCONNECTS,
@@ -30,6 +30,7 @@ from .schema import (
     SEVERITIES,
     SOURCE_KINDS,
     Conditions,
+    FlagFact,
     KnowledgeBase,
     ParamCondition,
     Rule,
@@ -177,7 +178,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
     engine = raw.get("engine")
     if engine is not None:
         engine = normalize_package(str(engine))
-        _enum(engine, ENGINES, fail, "engine")
+        _enum(engine, kb_engine_names(), fail, "engine")  # asked live: an engine registered later counts
     sources = raw["sources"]
     if not isinstance(sources, list):
         raise fail("sources", "must be a list of {kind, ref}")
@@ -192,6 +193,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
     signature = compile_signature(raw.get("signature"), fail)
     if signature and raw["failure"] == "none":
         raise fail("signature", "identifies a failure, and failure 'none' says nothing fails")
+    flag_facts = _flag_facts(raw.get("flags"), fail)
     claims = _str_list(raw.get("claims"), fail, "claims")
     for c in claims:
         if not _CLAIM.match(c):
@@ -207,12 +209,45 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         when=parse_conditions(raw.get("when"), fail, engine),
         symptom=_opt_str(raw.get("symptom"), fail, "symptom"),
         workaround=_opt_str(raw.get("workaround"), fail, "workaround"),
-        flags=tuple(_str_list(raw.get("flags"), fail, "flags")),
+        flags=tuple(f.name for f in flag_facts),
+        flag_facts=flag_facts,
         claims=tuple(claims),
         note=_opt_str(raw.get("note"), fail, "note"),
         file=source,
         signature=signature,
     )
+
+
+def _flag_facts(value: Any, fail: Any) -> tuple[FlagFact, ...]:
+    """``flags``: names (``--enforce-eager``, ``VLLM_USE_V1``), or ``{flag: NAME, versions: SPEC}`` for one that
+    exists only in some releases of the engine."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, (str, Mapping)) else value
+    if not isinstance(items, list):
+        raise fail("flags", "must be a list of names or {flag, versions}")
+    out = []
+    for i, item in enumerate(items):
+        where = f"flags[{i}]"
+        if isinstance(item, Mapping):
+            unknown = set(map(str, item)) - {"flag", "versions"}
+            if unknown or "flag" not in item:
+                raise fail(f"{where}.{sorted(unknown)[0] if unknown else 'flag'}",
+                           "unknown key" if unknown else "required")
+            name = _opt_str(item["flag"], fail, f"{where}.flag") or ""
+            text = _opt_str(item.get("versions"), fail, f"{where}.versions")
+            try:
+                versions = parse_specifier(text) if text and text != "none" else None
+            except ValueError as exc:
+                raise fail(f"{where}.versions", f"{exc} (or none: no release has it)") from None
+            if not text:
+                raise fail(f"{where}.versions", "required with flag: a specifier, or none")
+        else:
+            name, versions, text = _opt_str(item, fail, where) or "", None, None
+        if not name:
+            raise fail(where, "empty")
+        out.append(FlagFact(name, versions, nowhere=text == "none"))
+    return tuple(out)
 
 
 def _enum(value: Any, allowed: Sequence[str], fail: Any, fld: str) -> None:

@@ -1,0 +1,311 @@
+"""``gpucompat check --args "vllm serve ..." [--to vllm==X]``: will this command line still work on that release?
+
+Each flag and value of the user's own command line is checked against the engine's release history (``kb.history``)
+for the release installed (or the fingerprint's) and the target: a flag the release does not know (removed, renamed,
+not yet added), a value that is not one of its choices, an abbreviation argparse only accepts while no other flag
+shares the prefix, a deprecated flag, and the defaults that changed between the two releases. The target fingerprint
+(the engine at the target release, the packages it pins exactly at their pinned versions, the command line's
+settings as parameters) then goes through the knowledge base like any other: an upgrade check before the upgrade.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..engines.registry import descriptor, descriptors
+from ..errors import InputError
+from ..fingerprint import Fingerprint
+from ..versions import normalize_package, parse_version
+from .history import History, load_history, norm_flag
+
+_NO_VALUE = {"store_true", "store_false", "store_const", "BooleanOptionalAction", "count", "help", "version",
+             "append_const"}
+_MAX_DEFAULTS = 12
+
+
+@dataclass(frozen=True)
+class Given:
+    """One flag as the user wrote it, with its value (None: none given)."""
+
+    written: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class FlagCheck:
+    given: Given
+    flag: str  # the release's own spelling, or the written one normalized when unknown
+    problems: tuple[str, ...] = ()  # what breaks on the target
+    notes: tuple[str, ...] = ()  # what a user should know but does not break
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class CommandCheck:
+    engine: str
+    current: str | None  # the release installed here (or the fingerprint's); None: unknown
+    target: str  # the release checked against
+    flags: tuple[FlagCheck, ...]
+    defaults_changed: tuple[tuple[str, Any, Any], ...] = ()  # flags not given whose default differs
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False)  # dest -> value, for the KB
+    assumed: tuple[str, ...] = ()  # what the target fingerprint assumes ("torch 2.13.0, pinned by vllm 0.34.0")
+
+    @property
+    def broken(self) -> bool:
+        return any(not f.ok for f in self.flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "current": self.current, "target": self.target, "broken": self.broken,
+                "flags": [{"written": f.given.written, "value": f.given.value, "flag": f.flag,
+                           "problems": list(f.problems), "notes": list(f.notes)} for f in self.flags],
+                "defaults_changed": [{"flag": n, "current": a, "target": b} for n, a, b in self.defaults_changed],
+                "settings": dict(self.settings),
+                "assumed": list(self.assumed)}
+
+
+def engine_of(argv: Sequence[str]) -> str | None:
+    """The engine whose server the command line starts (the registry's ``command_markers``), else None."""
+    head = " ".join(t for t in argv if not t.startswith("-"))
+    for d in descriptors():
+        if any(marker in head for marker in d.command_markers):
+            return d.name
+    return None
+
+
+def split_args(text: str, source: str = "--args") -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise InputError(source, None, f"not a command line: {exc}") from None
+
+
+def parse_target(text: str, engine: str | None) -> tuple[str | None, str]:
+    """``vllm==0.34.0`` or ``0.34.0`` -> (engine or None, version)."""
+    name, sep, version = text.partition("==")
+    if not sep:
+        name, version = "", text
+    try:
+        parse_version(version)
+    except ValueError as exc:
+        raise InputError("--to", None, f"{exc} (write ENGINE==VERSION, e.g. vllm==0.26.0)") from None
+    if name.strip():
+        try:
+            found = descriptor(name.strip())
+        except ValueError as exc:
+            raise InputError("--to", None, str(exc)) from None
+        if found is None or (engine is not None and found.name != engine):
+            raise InputError("--to", None, f"names {name.strip()}, but the command line starts {engine}")
+        return found.name, version.strip()
+    return engine, version.strip()
+
+
+def check_command(argv: Sequence[str], engine: str, current: str | None, target: str | None) -> CommandCheck:
+    """Check ``argv`` against ``target`` (default: ``current``) in ``engine``'s history."""
+    history = load_history(engine)
+    if history is None:
+        raise InputError("--args", None, f"{engine} has no release history to check a command line against")
+    goal = target or current
+    if goal is None:
+        raise InputError("--to", None, f"{engine} is not installed here: say which release with --to {engine}==X")
+    t = _index(history, goal, "--to" if target else "installed")
+    c = _index(history, current, "installed") if current is not None else None
+    underscores = getattr(descriptor(engine), "cli_underscores", False)
+    checks = [_check_flag(g, history, t, c, underscores) for g in given_flags(argv, history, t)]
+    settings = {}
+    for fc in checks:
+        attrs = history.item("flags", fc.flag, t) if fc.ok else None
+        if attrs and isinstance(attrs.get("dest"), str):
+            settings[str(attrs["dest"])] = _value(fc.given.value, attrs)
+    changed: list[tuple[str, Any, Any]] = []
+    if c is not None and c != t:
+        given = {fc.flag for fc in checks}
+        before, after = history.flags_at(c), history.flags_at(t)
+        for name in sorted(set(before) & set(after) - given):
+            a, b = before[name].get("default"), after[name].get("default")
+            if a != b:
+                changed.append((name, a, b))
+    return CommandCheck(engine, current, goal, tuple(checks), tuple(changed), settings)
+
+
+def _index(history: History, version: str, what: str) -> int:
+    i = history.index_of(version)
+    if i is None:
+        raise InputError("--to" if what == "--to" else "--args", None,
+                         f"{history.engine} {version} is not in the release history ({history.span()}); "
+                         f"re-make it with tools/engine_history.py")
+    if not history.releases[i].read:
+        raise InputError("--to", None, f"{history.engine} {version} could not be read: {history.releases[i].error}")
+    return i
+
+
+def given_flags(argv: Sequence[str], history: History, index: int) -> list[Given]:
+    """The flags of ``argv`` with their values: a flag that takes a value (by the release's own action) takes the
+    next word unless it is written ``--flag=value``; positional words (the command, a model path) are skipped."""
+    out = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-" or _is_number(word):
+            continue
+        name, eq, value = word.partition("=")
+        if eq:
+            out.append(Given(name, value))
+            continue
+        attrs = history.item("flags", name, index) or history.item("flags", _positive(name), index)
+        takes_value = not (attrs and attrs.get("action") in _NO_VALUE) and not name.startswith("--no-")
+        if takes_value and i < len(words) and (not words[i].startswith("-") or _is_number(words[i])):
+            out.append(Given(name, words[i]))
+            i += 1
+        else:
+            out.append(Given(name, None))
+    return out
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _positive(flag: str) -> str:
+    return "--" + flag[5:] if flag.startswith("--no-") else flag
+
+
+def _check_flag(given: Given, history: History, t: int, c: int | None, underscores: bool) -> FlagCheck:
+    release = history.releases[t].text
+    name = given.written
+    notes: list[str] = []
+    if "_" in name and name.startswith("--") and not underscores:
+        return FlagCheck(given, norm_flag(name), (f"{history.engine} spells it {norm_flag(name)}",))
+    flag = norm_flag(name) if name.startswith("--") else name
+    attrs = history.item("flags", flag, t)
+    if attrs is None and flag.startswith("--no-"):
+        positive = history.item("flags", _positive(flag), t)
+        if positive is not None and positive.get("action") == "BooleanOptionalAction":
+            flag, attrs = _positive(flag), positive
+    if attrs is None:
+        matches = [f for f in history.flags_at(t) if f.startswith(flag)] if flag.startswith("--") else []
+        if len(matches) == 1:
+            notes.append(f"an abbreviation of {matches[0]}: argparse takes it only while no other flag starts "
+                         f"with {flag}")
+            flag, attrs = matches[0], history.item("flags", matches[0], t)
+        elif len(matches) > 1:
+            return FlagCheck(given, flag, (f"ambiguous in {release}: could be {', '.join(sorted(matches)[:5])}",))
+    if attrs is None:
+        return FlagCheck(given, flag, (_why_missing(flag, history, t, c),), tuple(notes))
+    problems = []
+    choices = attrs.get("choices")
+    if given.value is not None and isinstance(choices, list) and choices \
+            and given.value not in {str(x) for x in choices}:
+        before = history.item("flags", flag, c) if c is not None else None
+        was = before.get("choices") if before else None
+        then = (f"; {history.releases[c].text} accepts it" if isinstance(was, list)
+                and given.value in {str(x) for x in was} else "")
+        problems.append(f"{given.value!r} is not one of its choices in {release} "
+                        f"({', '.join(map(str, choices[:12]))}{', ...' if len(choices) > 12 else ''}){then}")
+    if attrs.get("deprecated"):
+        notes.append(f"deprecated in {release}")
+    if c is not None and c != t:
+        before = history.item("flags", flag, c)
+        if before is not None and before.get("default") != attrs.get("default"):
+            notes.append(f"its default changed: {before.get('default')!r} in {history.releases[c].text}, "
+                         f"{attrs.get('default')!r} in {release}")
+    return FlagCheck(given, flag, tuple(problems), tuple(notes))
+
+
+def _why_missing(flag: str, history: History, t: int, c: int | None) -> str:
+    release = history.releases[t].text
+    where = history.where("flags", flag)
+    if c is not None and history.item("flags", flag, c) is not None:
+        gone = next((j for j in range(c + 1, t + 1) if history.item("flags", flag, j) is None), t) if c < t else t
+        text = f"removed in {history.releases[gone].text} (exists in {where})"
+        renamed = _renamed(flag, history, c, gone)
+        return text + (f"; perhaps now {renamed}" if renamed else "")
+    if where == "none":
+        return f"no release of {history.engine} has it ({history.span()})"
+    return f"{release} does not have it (exists in {where})"
+
+
+def _renamed(flag: str, history: History, before: int, after: int) -> str | None:
+    """A flag new in ``after`` that sets the same engine setting, else one whose name is close."""
+    old, new = history.flags_at(before), history.flags_at(after)
+    added = [f for f in new if f not in old]
+    dest = old[flag].get("dest")
+    same = [f for f in added if dest is not None and new[f].get("dest") == dest]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(flag, added, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _value(text: str | None, attrs: Mapping[str, Any]) -> Any:
+    """The value a setting takes: booleans for switches, numbers where the text is one."""
+    if text is None:
+        action = attrs.get("action")
+        return action != "store_false"
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, (int, float, bool)) else text
+
+
+def target_fingerprint(fp: Fingerprint, check: CommandCheck) -> tuple[Fingerprint, tuple[str, ...]]:
+    """``fp`` with the engine at the target release, every package the target pins exactly (``==X``) at X when the
+    fingerprint tracks it, the engine's install state unknown, and the command line's settings as parameters."""
+    history = load_history(check.engine)
+    assert history is not None
+    t = history.index_of(check.target)
+    assert t is not None
+    packages = dict(fp.packages)
+    name = descriptor(check.engine).distribution if descriptor(check.engine) else check.engine
+    assumed = []
+    if packages.get(check.engine) != check.target:
+        assumed.append(f"{check.engine} {check.target}")
+    packages[check.engine] = check.target
+    tracked = {normalize_package(k): k for k in packages}
+    for req, runs in history.runs.get("requires", {}).items():
+        key = tracked.get(req)
+        if key is None or key == check.engine:
+            continue
+        for first, last, attrs in runs:
+            spec = str(attrs.get("specifier", ""))
+            if first <= t <= last and spec.startswith("==") and "*" not in spec and "," not in spec:
+                pinned = spec[2:]
+                if packages.get(key) != pinned:
+                    assumed.append(f"{key} {pinned} (pinned by {name} {check.target})")
+                packages[key] = pinned
+    installs = {k: v for k, v in fp.installs.items() if k != check.engine}
+    return replace(fp, packages=packages, installs=installs, params={**fp.params, **check.settings}), tuple(assumed)
+
+
+def format_command_check(check: CommandCheck) -> str:
+    moving = check.current is not None and check.current != check.target
+    head = f"{check.engine} {check.current} -> {check.target}" if moving else f"{check.engine} {check.target}"
+    lines = [f"{head}: " + ("this command line breaks" if check.broken else "every flag and value is accepted")]
+    for fc in check.flags:
+        shown = fc.given.written + (f" {fc.given.value}" if fc.given.value is not None else "")
+        state = "; ".join(fc.problems) if fc.problems else "ok"
+        lines.append(f"  {shown:<32} {state}")
+        lines.extend(f"  {'':<32} note: {note}" for note in fc.notes)
+    if check.defaults_changed:
+        lines.append(f"defaults that changed {check.current} -> {check.target} (flags this command does not set):")
+        lines.extend(f"  {name}: {a!r} -> {b!r}" for name, a, b in check.defaults_changed[:_MAX_DEFAULTS])
+        more = len(check.defaults_changed) - _MAX_DEFAULTS
+        if more > 0:
+            lines.append(f"  ... and {more} more (--json lists them all)")
+    if check.assumed:
+        lines.append("the target machine assumed: " + ", ".join(check.assumed))
+    return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""Each engine release's flags, environment variables, attention backends and pins, read from the released wheels
+(``matrices/history/<engine>.json``, written by ``tools/engine_history.py``), and the questions asked of them.
+
+Which flag, choice or backend exists in which release is a fact of the released artifacts that no one keeps right by
+hand across a hundred releases; rules (``kb.lint``), a user's own command line (``kb.cmdline``) and the matrices'
+engine settings (``kb.evaluate``) are checked against it without the engine installed.
+
+The file holds *runs*: for each item, the maximal stretches of consecutive releases in which it exists with the same
+attributes. A release the tool could not read is listed with an ``error``; what it had is unknown, never "absent".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ..errors import InputError
+from ..inputs import load_file
+from ..paths import matrices_dir
+from ..versions import normalize_package, parse_version
+
+KINDS = ("flags", "env", "backends", "requires")
+FORMAT = 1
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
+UNKNOWN: Mapping[str, Any] = {"unknown": True}
+"""What ``History.item`` returns for a release whose artifact could not be read: neither present nor absent."""
+
+
+def norm_flag(flag: str) -> str:
+    """``--kv_cache_dtype=fp8`` -> ``--kv-cache-dtype``: the engines' parsers take dashes and underscores alike."""
+    return flag.split("=", 1)[0].strip().replace("_", "-").lower()
+
+
+def is_env_name(name: str) -> bool:
+    return bool(_ENV_NAME.match(name))
+
+
+@dataclass(frozen=True)
+class Release:
+    version: Version
+    text: str
+    file: str = ""
+    sha256: str = ""
+    uploaded: str = ""
+    yanked: bool = False
+    error: str | None = None
+
+    @property
+    def read(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class History:
+    """One engine's releases in version order and, per kind and item, its runs as (first, last) release indexes."""
+
+    engine: str
+    package: str
+    source: str
+    releases: tuple[Release, ...]
+    runs: Mapping[str, Mapping[str, tuple[tuple[int, int, Mapping[str, Any]], ...]]] = field(hash=False)
+    tool_version: str = ""
+
+    # -- releases
+
+    def index_of(self, version: str | Version) -> int | None:
+        """The release a version is: itself, else its public release (``0.26.0+cu130``, ``0.26.0.dev3`` are not
+        releases of the index; their release is 0.26.0 when the history has it). None: not in the history."""
+        v = version if isinstance(version, Version) else parse_version(str(version))
+        for candidate in (v, Version(v.base_version)):
+            i = self._by_version().get(candidate)
+            if i is not None:
+                return i
+        return None
+
+    def _by_version(self) -> dict[Version, int]:
+        return _version_index(self)
+
+    def span(self) -> str:
+        read = [r.text for r in self.releases if r.read]
+        return f"{read[0]}-{read[-1]}" if read else "no release read"
+
+    def in_range(self, spec: SpecifierSet | None) -> list[int]:
+        """Indexes of the read releases a specifier accepts (all read releases for None); pre-releases count."""
+        return [i for i, r in enumerate(self.releases)
+                if r.read and (spec is None or spec.contains(r.version, prereleases=True))]
+
+    # -- items
+
+    def item(self, kind: str, name: str, index: int) -> Mapping[str, Any] | None:
+        """The attributes of ``name`` in release ``index``; None when that release does not have it; ``UNKNOWN``
+        when the release could not be read."""
+        if not self.releases[index].read:
+            return UNKNOWN
+        for first, last, attrs in self.runs.get(kind, {}).get(self.key(kind, name), ()):
+            if first <= index <= last:
+                return attrs
+        return None
+
+    def key(self, kind: str, name: str) -> str:
+        if kind == "flags":
+            return norm_flag(name)
+        if kind == "requires":
+            return normalize_package(name)
+        return name
+
+    def known(self, kind: str, name: str) -> bool:
+        """Whether any release has ``name``."""
+        return bool(self.runs.get(kind, {}).get(self.key(kind, name)))
+
+    def where(self, kind: str, name: str) -> str:
+        """The releases that have ``name``, as ranges of consecutive releases: ``0.3.0-0.26.0, 0.28.0``; "none"."""
+        have = sorted({i for first, last, _ in self.runs.get(kind, {}).get(self.key(kind, name), ())
+                       for i in range(first, last + 1)})
+        return self.ranges(have) or "none"
+
+    def ranges(self, indexes: Iterable[int]) -> str:
+        """Release indexes as ``first-last`` stretches of consecutive read releases."""
+        out: list[str] = []
+        start = prev = None
+        for i in sorted(i for i in indexes if self.releases[i].read):
+            if prev is not None and self._next_read(prev) == i:
+                prev = i
+                continue
+            if start is not None and prev is not None:
+                out.append(self._stretch(start, prev))
+            start = prev = i
+        if start is not None and prev is not None:
+            out.append(self._stretch(start, prev))
+        return ", ".join(out)
+
+    def _next_read(self, i: int) -> int | None:
+        for j in range(i + 1, len(self.releases)):
+            if self.releases[j].read:
+                return j
+        return None
+
+    def _stretch(self, a: int, b: int) -> str:
+        return self.releases[a].text if a == b else f"{self.releases[a].text}-{self.releases[b].text}"
+
+    def flags_at(self, index: int) -> dict[str, Mapping[str, Any]]:
+        """Every flag of release ``index`` with its attributes."""
+        return {name: attrs for name, runs in self.runs.get("flags", {}).items()
+                for first, last, attrs in runs if first <= index <= last}
+
+    def flag_for_dest(self, dest: str, index: int) -> tuple[str, Mapping[str, Any]] | None:
+        """The flag that sets engine setting ``dest`` (a keyword of the engine's Python API) in release ``index``."""
+        for name, attrs in sorted(self.flags_at(index).items()):
+            if attrs.get("dest") == dest and not name.startswith("--no-"):
+                return name, attrs
+        return None
+
+    def dest_known(self, dest: str) -> bool:
+        return dest in _dests(self)
+
+    def dest_where(self, dest: str) -> str:
+        return self.ranges(_dests(self).get(dest, ()))
+
+
+@lru_cache(maxsize=16)
+def _version_index(history: History) -> dict[Version, int]:
+    return {r.version: i for i, r in enumerate(history.releases)}
+
+
+@lru_cache(maxsize=16)
+def _dests(history: History) -> dict[str, frozenset[int]]:
+    out: dict[str, set[int]] = {}
+    for runs in history.runs.get("flags", {}).values():
+        for first, last, attrs in runs:
+            dest = attrs.get("dest")
+            if isinstance(dest, str):
+                out.setdefault(dest, set()).update(range(first, last + 1))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# loading
+
+
+def history_dir() -> Path:
+    return matrices_dir() / "history"
+
+
+def load_history(engine: str, directory: str | Path | None = None) -> History | None:
+    """The history of ``engine`` (its registry name), or None when there is none. A malformed file is an
+    ``InputError`` naming the file and field."""
+    path = Path(directory) / f"{engine}.json" if directory is not None else history_dir() / f"{engine}.json"
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _load(str(path), (st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=8)
+def _load(source: str, stamp: Any) -> History:
+    del stamp  # part of the cache key only
+    data = load_file(source, "json")
+    if not isinstance(data, Mapping):
+        raise InputError(source, None, "must be a JSON object")
+    if data.get("format") != FORMAT:
+        raise InputError(source, "format", f"must be {FORMAT} (re-make it with tools/engine_history.py)")
+    releases = _releases(data.get("releases"), source)
+    index = {r.text: i for i, r in enumerate(releases)}
+    runs: dict[str, dict[str, tuple[tuple[int, int, Mapping[str, Any]], ...]]] = {}
+    for kind in KINDS:
+        items = data.get(kind) or {}
+        if not isinstance(items, Mapping):
+            raise InputError(source, kind, "must be an object of item -> runs")
+        parsed: dict[str, tuple[tuple[int, int, Mapping[str, Any]], ...]] = {}
+        for name, item_runs in items.items():
+            where = f"{kind}.{name}"
+            if not isinstance(item_runs, list):
+                raise InputError(source, where, "must be a list of runs")
+            out = []
+            for j, run in enumerate(item_runs):
+                if not isinstance(run, Mapping):
+                    raise InputError(source, f"{where}[{j}]", "must be an object with first and last")
+                ends = [index.get(run.get(k)) if isinstance(run.get(k), str) else None for k in ("first", "last")]
+                if ends[0] is None or ends[1] is None or ends[0] > ends[1]:
+                    raise InputError(source, f"{where}[{j}]", "first and last must be releases listed, in order")
+                attrs = {k: v for k, v in run.items() if k not in ("first", "last")}
+                out.append((ends[0], ends[1], attrs))
+            key = norm_flag(name) if kind == "flags" else normalize_package(name) if kind == "requires" else name
+            # `--preemption_mode` and `--preemption-mode` both exist in some releases: one flag to the parser
+            parsed[key] = tuple(sorted((*parsed.get(key, ()), *out), key=lambda run: run[:2]))
+        runs[kind] = parsed
+    engine = data.get("engine")
+    if not isinstance(engine, str) or not engine:
+        raise InputError(source, "engine", "required")
+    package = data.get("package") if isinstance(data.get("package"), str) else engine
+    return History(engine=engine, package=normalize_package(package), source=source, releases=releases,
+                   runs=runs, tool_version=str(data.get("tool_version", "")))
+
+
+def _releases(raw: Any, source: str) -> tuple[Release, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise InputError(source, "releases", "must be a non-empty list")
+    out = []
+    for i, r in enumerate(raw):
+        if not isinstance(r, Mapping) or not isinstance(r.get("version"), str):
+            raise InputError(source, f"releases[{i}].version", "required")
+        try:
+            version = parse_version(r["version"])
+        except ValueError as exc:
+            raise InputError(source, f"releases[{i}].version", str(exc)) from None
+        error = r.get("error")
+        out.append(Release(version=version, text=r["version"], file=str(r.get("file", "")),
+                           sha256=str(r.get("sha256", "")), uploaded=str(r.get("uploaded", "")),
+                           yanked=r.get("yanked") is True, error=str(error) if error else None))
+    ordered = tuple(sorted(out, key=lambda r: r.version))
+    if [r.text for r in ordered] != [r.text for r in out]:
+        raise InputError(source, "releases", "must be in version order")
+    if len({r.version for r in out}) != len(out):
+        raise InputError(source, "releases", "lists a version twice")
+    return ordered
+
+
+def histories(engines: Sequence[str] | None = None) -> dict[str, History]:
+    """The histories that exist, per engine registry name (every engine rules may name when not given)."""
+    from ..engines.registry import kb_engine_names
+
+    out = {}
+    for engine in engines if engines is not None else kb_engine_names():
+        found = load_history(engine)
+        if found is not None:
+            out[engine] = found
+    return out
