@@ -49,6 +49,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "settle": ("checks.memory", "settle"),
     "create_destroy_cycles": ("checks.cycles", "create_destroy_cycles"),
     "one_process_run": ("checks.cycles", "one_process_run"),
+    "finished_process_runs": ("checks.cycles", "finished_process_runs"),
     "left_running": ("checks.cycles", "left_running"),
     "stop_left_running": ("checks.cycles", "stop_left_running"),
 }

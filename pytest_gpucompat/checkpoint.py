@@ -18,12 +18,12 @@ import math
 import os
 import stat
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import PRIVATE_MODE, write_atomic
 from .paths import cache_dir
 
 IDENTITY_VERSION = 1
@@ -280,15 +280,8 @@ def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None)
                              tokenizer=tokenizer_digest(path))
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{entry.stem}.", suffix=".tmp")  # O_EXCL: no planted link
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(identity.to_dict(), sort_keys=True))
-            os.replace(tmp, entry)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        # mkstemp (O_EXCL) inside: a link planted in a shared cache receives nothing; 0600: only this user believes it
+        write_atomic(entry, json.dumps(identity.to_dict(), sort_keys=True), mode=PRIVATE_MODE)
     return identity
 
 

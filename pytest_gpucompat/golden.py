@@ -19,7 +19,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from .checkpoint import ModelIdentity, short
 from .engines.base import Generation
 from .errors import InputError
+from .files import DEFAULT_MODE, target_problem, write_atomic
 from .inputs import load_file
 
 FORMAT = 1
@@ -179,8 +179,6 @@ def record(directory: str | os.PathLike[str], golden: GoldenFile) -> Path:
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     path = root / file_name(golden.model.name, golden.prompts_name)
-    from .report.io import target_problem
-
     with _locked(root):
         problem = target_problem(path)
         if problem is not None:  # a symlink or a device planted at the name: never replaced
@@ -195,15 +193,7 @@ def record(directory: str | os.PathLike[str], golden: GoldenFile) -> Path:
                     model=golden.model, prompts_name=golden.prompts_name, prompts_digest=golden.prompts_digest,
                     max_tokens=golden.max_tokens, top_n=golden.top_n, prompts=golden.prompts or old.prompts,
                     reference=golden.reference or old.reference, cells={**old.cells, **golden.cells})
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                handle.write(dumps(merged))
-            os.chmod(tmp, 0o644)  # a file to commit and share, not a private temporary one
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        write_atomic(path, dumps(merged), mode=DEFAULT_MODE)  # a file to commit and share, not a private one
     return path
 
 

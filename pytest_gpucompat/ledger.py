@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .engines.processes import start_time
+from .files import PRIVATE_MODE, write_atomic
 from .packing import Request, blocker, describe, stalled
 
 LEDGER = "ledger.json"
@@ -129,9 +130,8 @@ class Ledger:
                 state = State()
             state.reclaim(self.alive)
             yield state
-            tmp = path.with_name(f".{LEDGER}.{os.getpid()}")
-            tmp.write_text(state.to_json(), encoding="utf-8")
-            os.replace(tmp, path)
+            # mkstemp, never a predictable name: a link planted there would receive the ledger (files.py)
+            write_atomic(path, state.to_json(), mode=PRIVATE_MODE)
         finally:
             os.close(fd)  # releases the flock
 

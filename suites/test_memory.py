@@ -17,18 +17,13 @@ from pytest_gpucompat import (
     MemorySample,
     create_destroy_cycles,
     describe_processes,
-    device_snapshot,
     engine_spec,
     env_int,
+    finished_process_runs,
     fixed_prompts,
-    left_behind,
-    left_running,
     memory_verdict,
     model_vocab_size,
     one_process_run,
-    owner_scope,
-    settle,
-    stop_left_running,
 )
 
 PROCESS_RUNS = env_int("GPUCOMPAT_PROCESS_RUNS", 3, minimum=0)
@@ -88,22 +83,11 @@ def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_mod
         pytest.skip("no GPU: device memory left behind by finished processes (claim S55) is a GPU measurement")
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)
     prompts = fixed_prompts(2, 12, model_vocab_size(gpucompat_model), seed=6)
-    with owner_scope() as scope:
-        settle(0, scope=scope)
-        before = device_snapshot(0, scope)
-        if before is None:
-            pytest.skip("NVML gives no device memory figure on this GPU")
-        while_up, lefts, found = [], [], []
-        try:
-            for _ in range(PROCESS_RUNS):
-                up = gpucompat_isolated(one_process_run, spec, prompts, 8)
-                while_up.append(up.get("nvml_process_mib") or 0.0)
-                after = device_snapshot(0, scope)
-                if after is not None:
-                    lefts.append(left_behind(before, after))
-            found = left_running(scope)
-        finally:  # what the engine left running is stopped (same start time: never a recycled pid), not left on the GPU
-            stop_left_running(found or left_running(scope))
+    # what the engine left running is stopped inside (same start time: never a recycled pid), not left on the GPU
+    runs = finished_process_runs(lambda: gpucompat_isolated(one_process_run, spec, prompts, 8), PROCESS_RUNS, 0)
+    if runs.before is None:
+        pytest.skip("NVML gives no device memory figure on this GPU")
+    before, while_up, lefts, found = runs.before, runs.while_up, runs.lefts, runs.found
     worst = max(lefts, key=lambda x: x.blamed_mib)
     gpucompat_record("device_used_before_mib", before.used_mib)
     gpucompat_record("process_mib_while_up", max(while_up))

@@ -5,7 +5,8 @@ samples memory after each destroy (PyTorch's CudaMemoryLeakCheck way: settle fir
 the policy asks for (more while a signal is undecided); every process the engine starts is marked as ours, so a
 helper left running is found wherever it was re-parented, named in the result, and stopped at the end.
 ``one_process_run`` is one whole engine life in a process that then exits, for measuring what a finished process
-leaves behind on the device (the seeds' "CUDA context leak", claim S55).
+leaves behind on the device (the seeds' "CUDA context leak", claim S55); ``finished_process_runs`` repeats it and
+compares the device before and after each, and stops whatever the runs left running.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..engines import create
@@ -23,7 +25,18 @@ from ..engines.base import EngineSpec
 from ..engines.processes import start_time
 from .leaks import CyclePolicy
 from .memory import MemorySample, settle
-from .ownership import Scope, command_line, is_zombie, owned_pids, owner_scope, rss_mib
+from .ownership import (
+    DeviceSnapshot,
+    LeftBehind,
+    Scope,
+    command_line,
+    device_snapshot,
+    is_zombie,
+    left_behind,
+    owned_pids,
+    owner_scope,
+    rss_mib,
+)
 
 
 def _device_index(spec: EngineSpec) -> int | None:
@@ -120,3 +133,50 @@ def one_process_run(spec: EngineSpec, prompts: Sequence[Sequence[int]], max_toke
     up = settle(device, cycle=0)
     engine.shutdown()
     return dataclasses.asdict(up)
+
+
+@dataclass(frozen=True)
+class FinishedRuns:
+    """What ``finished_process_runs`` saw: the device before the first run (None: NVML gives no figure, and nothing
+    ran), each run's own device memory while up, what stayed on the device after each run, and the processes the
+    runs left running (already stopped when the caller sees them)."""
+
+    before: DeviceSnapshot | None
+    while_up: list[float]
+    lefts: list[LeftBehind]
+    found: list[dict[str, Any]]
+
+
+def finished_process_runs(
+    run_one: Callable[[], Mapping[str, Any]],
+    runs: int,
+    device: int = 0,
+    snapshot: Callable[[int, Scope], DeviceSnapshot | None] = device_snapshot,
+) -> FinishedRuns:
+    """Run ``run_one`` (one whole engine life in a process that exits, e.g. ``one_process_run`` in an isolated
+    child; it returns the sample taken while up) ``runs`` times inside one owner scope, and attribute what stays on
+    ``device`` after each (``left_behind`` against the snapshot before the first run).
+
+    Here rather than in the suite so that the bookkeeping, above all that whatever the runs left running is found,
+    named and stopped (same start time: never a recycled pid) even when a run fails, is tested on a CPU with a fake
+    ``snapshot`` and a real helper process.
+    """
+    with owner_scope() as scope:
+        settle(device, scope=scope)
+        before = snapshot(device, scope)
+        if before is None:
+            return FinishedRuns(None, [], [], [])
+        while_up: list[float] = []
+        lefts: list[LeftBehind] = []
+        found: list[dict[str, Any]] = []
+        try:
+            for _ in range(runs):
+                up = run_one()
+                while_up.append(up.get("nvml_process_mib") or 0.0)
+                after = snapshot(device, scope)
+                if after is not None:
+                    lefts.append(left_behind(before, after))
+            found = left_running(scope)
+        finally:  # what the engine left running is stopped, not left on the GPU for the next measurement
+            stop_left_running(found or left_running(scope))
+    return FinishedRuns(before, while_up, lefts, found)

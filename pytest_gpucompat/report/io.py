@@ -7,14 +7,12 @@ temporary file, fsync and a rename, so a reader (or a crash) never sees half a r
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import stat
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from ..files import UnsafeTarget as UnsafeTarget  # re-exported: files.py owns it, older imports name this module
+from ..files import refuse_unsafe, target_problem, write_atomic
 from .model import Report, ReportError
 from .text import one_line
 from .validate import InvalidField, check_report_dict, json_path
@@ -51,66 +49,12 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{name}: {one_line(str(exc))}") from None
 
 
-class UnsafeTarget(OSError):
-    """An output path that names something other than a regular file (a symlink, a device, a FIFO, a directory):
-    replacing it would destroy that thing (as root, ``/dev/full``) or write where the link points."""
-
-
-def target_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why an output path must not be replaced, or None: it is a symlink (refused whatever it points to: a link
-    planted in a shared directory must not choose where a report goes), or it exists and is not a regular file."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None  # the write itself says why (a missing directory, no permission)
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symlink; refusing to write through it (name the file itself)"
-    if stat.S_ISDIR(st.st_mode):
-        return "is a directory"
-    if not stat.S_ISREG(st.st_mode):
-        return "exists and is not a regular file (a device, FIFO or socket); refusing to replace it"
-    return None
-
-
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write via a temp file in the same directory + fsync + os.replace: readers never see half a file.
-
-    An existing target must be a regular file, not a symlink (``UnsafeTarget``, an OSError naming the path)."""
-    target = Path(path)
-    problem = target_problem(target)
-    if problem is not None:
-        raise UnsafeTarget(errno.EPERM, problem, os.fspath(path))
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            mode = target.stat().st_mode & 0o777
-        except OSError:
-            mode = 0o644  # mkstemp makes 0600; a report is meant to be read by others (CI artifacts)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if os.name == "posix":
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return target
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
-    return target
+    """Write via a temp file in the same directory + fsync + os.replace (files.write_atomic): readers never see half
+    a file. An existing target keeps its mode (a new one is 0644: a CI artifact is read by others) and must be a
+    regular file, not a symlink (``UnsafeTarget``, an OSError naming the path)."""
+    refuse_unsafe(path)
+    return write_atomic(path, text)
 
 
 def report_path_problem(path: str | os.PathLike[str]) -> str | None:
