@@ -7,11 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .errors import InputError, visible
 from .options import CLI, add_options
+from .textfit import fit
 
 if TYPE_CHECKING:
     from .fingerprint import Fingerprint
@@ -83,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--fail-on", choices=("broken", "degraded"),
                        help="exit 1 when such a finding backed by upstream or verified evidence exists "
                             "(unconfirmed claims never fail it)")
+    check.add_argument("--severity", choices=("broken", "degraded", "advice"),
+                       help="list only findings this severe or worse (advice: all); the verdict and --fail-on still "
+                            "judge every finding")
+    check.add_argument("--quiet", "-q", action="store_true",
+                       help="print only the verdict line (one per runner of a fleet); --json ignores it")
+    check.add_argument("--args", metavar="COMMAND",
+                       help='your own command line, e.g. "vllm serve MODEL --kv-cache-dtype fp8": each flag and value '
+                            "checked against the engine's release history, then the known problems with its settings; "
+                            "exit 1 when a flag or value would be refused")
+    check.add_argument("--to", metavar="ENGINE==VERSION",
+                       help="with --args: check against this release (an upgrade check) instead of the installed one")
     check.set_defaults(func=cmd_check)
 
     rules = sub.add_parser("rules", help="list the knowledge base")
@@ -94,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("--confidence", choices=("documents", "upstream", "verified"))
     rules.add_argument("--json", action="store_true")
     rules.add_argument("--lint", action="store_true",
-                       help="report rules naming CLI flags that the installed engines do not have")
+                       help="check the flags, variables and settings rules name against every release they cover "
+                            "(the engines' release history; offline)")
     rules.set_defaults(func=cmd_rules)
 
     from .report.cli import add_report_subparsers
@@ -165,22 +179,58 @@ def cmd_check(args: argparse.Namespace) -> int:
     from . import fingerprint
     from .kb import check, evaluate_machine, load_kb
 
+    if args.to and not args.args:
+        raise InputError("--to", None, "needs --args: the command line to check against that release")
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
+    if args.args:
+        if args.quiet or args.severity:
+            raise InputError("--args", None, "--quiet and --severity apply to the machine check, not to --args")
+        return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
-    if args.json:
-        docs = [check.to_json(fp, found) for fp, found in results]
+    if args.json:  # the whole document, filtered by --severity; --quiet is for people, not for JSON readers
+        docs = [check.to_json(fp, found, args.severity) for fp, found in results]
         print(json.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
+    elif args.quiet:
+        print(check.format_quiet(results))
     else:
-        print("\n\n".join(check.format_findings(fp, found) for fp, found in results))
+        print("\n\n".join(check.format_findings(fp, found, severity=args.severity) for fp, found in results))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
 
 
+def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fingerprint]) -> int:
+    """``check --args ... [--to ENGINE==X]``: the command line against the release, then the KB for the machine
+    with that release and the command line's settings (kb.cmdline)."""
+    from .kb import check, evaluate_machine
+    from .kb.cmdline import check_command, engine_of, format_command_check, parse_target, split_args, target_fingerprint
+
+    if len(fleet) != 1:
+        raise InputError("--env", None, "--args checks one machine: give a fingerprint file of one runner")
+    fp = next(iter(fleet.values()))
+    argv = split_args(args.args)
+    engine = engine_of(argv)
+    engine, version = parse_target(args.to, engine) if args.to else (engine, None)
+    if engine is None:
+        raise InputError("--args", None, "cannot tell which engine this command starts: name it in --to ENGINE==X")
+    checked = check_command(argv, engine, fp.packages.get(engine), version)
+    target, assumed = target_fingerprint(fp, checked)
+    checked = replace(checked, assumed=assumed)
+    found = evaluate_machine(kb, target)
+    if args.json:
+        print(json.dumps({"command": checked.to_dict(), **check.to_json(target, found)}, indent=2))
+    else:
+        print(fit(format_command_check(checked)))
+        print()
+        print(check.format_findings(target, found))
+    return 1 if checked.broken or check.exceeds(found, args.fail_on) else 0
+
+
 def cmd_rules(args: argparse.Namespace) -> int:
-    from .kb import ENGINES, filter_rules, finding_for, load_kb
+    from .engines.registry import kb_engine_names
+    from .kb import filter_rules, finding_for, load_kb
     from .versions import normalize_package
 
-    known = (*ENGINES, "none")
+    known = (*kb_engine_names(), "none")
     if args.engine is not None and normalize_package(args.engine) not in known:
         raise InputError("--engine", None, f"unknown engine {args.engine!r} (known: {', '.join(known)})")
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
@@ -190,7 +240,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
         problems = lint_rules(rules)
         print(format_lint(problems))
-        return 1 if any(p.missing for p in problems) else 0
+        return 1 if any(p.problems for p in problems) else 0
     if args.json:
         print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0

@@ -6,11 +6,9 @@ keep elsewhere. It reads the run state that ``plugin.py`` builds and never impor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,23 +133,12 @@ def settings(config: pytest.Config) -> Settings:
 
 
 def announcer(config: pytest.Config) -> Callable[[str], None]:
-    """One line per engine start and heartbeat, shown even with output capture on: through the terminal reporter
-    in the main process, on stderr in an xdist worker (which the controller passes through)."""
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    worker = getattr(config, "workerinput", None)
+    """Where engine starts, child runs and heartbeats are said (announce.Announcer): through the terminal reporter
+    in the main process, on stderr in an xdist worker; an engine start only at -v or once it is slow, so that
+    pytest's line of results is not split by every start."""
+    from .announce import Announcer
 
-    def say(text: str) -> None:
-        disabled = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
-        with disabled:
-            if reporter is not None and worker is None:
-                reporter.write_line(f"gpucompat: {text}")
-            else:
-                prefix = f"[{worker.get('workerid', 'worker')}] " if isinstance(worker, dict) else ""
-                sys.__stderr__.write(f"{prefix}gpucompat: {text}\n")
-                sys.__stderr__.flush()
-
-    return say
+    return Announcer.for_config(config)
 
 
 @pytest.fixture(scope="session")

@@ -156,11 +156,7 @@ class EnginePool:
             where = "(in this process)"
         release = self.admission.admit(spec, self.make_room) if self.admission is not None else None
         try:
-            if self.progress is not None:
-                model = os.path.basename(os.path.normpath(spec.model))
-                self.progress(" ".join(p for p in (f"starting {spec.engine} on {model}", _params_text(params), where)
-                                       if p))
-            with self._quiet(f"starting {spec.engine}"):
+            with self._announced(spec, params, where), self._quiet(f"starting {spec.engine}"):
                 info = self._start(key, engine, spec)
         except BaseException:
             if release is not None:
@@ -182,6 +178,21 @@ class EnginePool:
             with contextlib.suppress(Exception):
                 engine.shutdown()
             raise
+
+    def _announced(self, spec: EngineSpec, params: Mapping[str, Any], where: str) -> AbstractContextManager[Any]:
+        """Held while the engine starts (its wait for a quiet GPU included). A ``progress`` with an
+        ``engine_start(engine, text)`` (the plugin's announce.Announcer) decides what the start says and when: at
+        default verbosity nothing unless it is slow, so pytest's line of results is not split. Any other
+        ``progress`` hears the full line before the start."""
+        if self.progress is None:
+            return contextlib.nullcontext()
+        model = os.path.basename(os.path.normpath(spec.model))
+        text = " ".join(p for p in (f"starting {spec.engine} on {model}", _params_text(params), where) if p)
+        starting = getattr(self.progress, "engine_start", None)
+        if callable(starting):
+            return starting(spec.engine, text)  # type: ignore[no-any-return]
+        self.progress(text)
+        return contextlib.nullcontext()
 
     def _quiet(self, what: str) -> AbstractContextManager[Any]:
         return self.admission.quiet(what) if self.admission is not None else contextlib.nullcontext()

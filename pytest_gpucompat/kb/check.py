@@ -9,6 +9,7 @@ from typing import Any
 
 from ..fingerprint import Fingerprint
 from ..textfit import fit, terminal_width
+from .schema import SEVERITIES
 from .verdicts import Finding, confirmed
 
 _HEADINGS = {
@@ -17,8 +18,19 @@ _HEADINGS = {
 }
 
 
-def to_json(fp: Fingerprint, findings: Sequence[Finding]) -> dict[str, Any]:
-    return {"fingerprint": fp.to_dict(), "verdict": verdict(findings), "findings": [f.to_dict() for f in findings]}
+def to_json(fp: Fingerprint, findings: Sequence[Finding], severity: str | None = None) -> dict[str, Any]:
+    """``severity`` (``--severity``) leaves out the milder findings; the verdict still judges them all, as
+    ``--fail-on`` does."""
+    shown = at_least(findings, severity)
+    return {"fingerprint": fp.to_dict(), "verdict": verdict(findings), "findings": [f.to_dict() for f in shown]}
+
+
+def at_least(findings: Sequence[Finding], severity: str | None) -> list[Finding]:
+    """The findings of ``severity`` or worse (``advice``, or None: all of them), unconfirmed claims included."""
+    if severity is None:
+        return list(findings)
+    worst = SEVERITIES[: SEVERITIES.index(severity) + 1]
+    return [f for f in findings if f.severity in worst]
 
 
 def exceeds(findings: Sequence[Finding], fail_on: str | None) -> bool:
@@ -37,19 +49,25 @@ def verdict(findings: Sequence[Finding]) -> str:
     return ", ".join(f"{n} {s}" for n, s in counts) if counts else "no known problems"
 
 
-def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | None = None) -> str:
-    """The readable answer, no line wider than `width` (default: the terminal's, textfit.terminal_width)."""
+def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | None = None,
+                    severity: str | None = None) -> str:
+    """The readable answer, no line wider than `width` (default: the terminal's, textfit.terminal_width).
+
+    ``severity`` (``--severity``) lists only findings that severe or worse; the verdict line still counts every
+    finding, as ``--fail-on`` judges them all, and a line says what was left out so a filtered view never reads as
+    a clean machine."""
     width = width or terminal_width()
     lines = [f"{fp.name or 'fingerprint'}: {fp.summary()}"]
     for reason in fp.reasons:
         lines.append(f"  note: {reason}")
-    evidence = confirmed(findings)
-    for severity in ("broken", "degraded"):
-        group = [f for f in evidence if f.severity == severity]
+    shown = at_least(findings, severity)
+    evidence = confirmed(shown)
+    for level in ("broken", "degraded"):
+        group = [f for f in evidence if f.severity == level]
         if not group:
             continue
         lines.append("")
-        lines.append(f"{_HEADINGS[severity]} ({len(group)})")
+        lines.append(f"{_HEADINGS[level]} ({len(group)})")
         for f in group:
             lines.extend(_finding_lines(f, width))
     advice = [f for f in evidence if f.severity == "advice"]
@@ -57,10 +75,8 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | N
         lines.append("")
         lines.append(f"RECOMMENDATIONS for this hardware ({len(advice)})")
         for f in advice:
-            text = f.workaround or f.summary
-            lines.append(_wrap(f"- {text}", "  ", width))
-            lines.append(f"    [{f.id}, {f.confidence}]")
-    claims = [f for f in findings if f.unconfirmed]
+            lines.extend(_advice_lines(f, width))
+    claims = [f for f in shown if f.unconfirmed]
     if claims:
         lines.append("")
         lines.append(f"UNCONFIRMED CLAIMS ({len(claims)}): only the seed documents say so; kept as evidence to "
@@ -68,10 +84,58 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | N
         for f in claims:
             what = "" if f.severity == "advice" else f" would be {f.severity} ({f.failure}):"
             lines.append(_wrap(f"- [{f.id}]{what} {f.summary}", "    ", width))
+    hidden = _hidden(findings, shown)
+    if hidden:
+        lines.append("")
+        lines.append(f"not shown (--severity {severity}): {hidden}")
     lines.append("")
-    lines.append(f"verdict: {verdict(findings)} ({_count(len(advice), 'recommendation')}, "
-                 f"{_count(len(claims), 'unconfirmed claim')})")
+    lines.append(verdict_line(findings))
     return fit("\n".join(lines), width, hanging="    ")
+
+
+def verdict_line(findings: Sequence[Finding]) -> str:
+    """The last line of the answer, alone under ``--quiet``: the problems, then how much advice and how many
+    unconfirmed claims there are besides."""
+    evidence = confirmed(findings)
+    advice = sum(1 for f in evidence if f.severity == "advice")
+    claims = sum(1 for f in findings if f.unconfirmed)
+    return (f"verdict: {verdict(findings)} ({_count(advice, 'recommendation')}, "
+            f"{_count(claims, 'unconfirmed claim')})")
+
+
+def format_quiet(fleet: Sequence[tuple[Fingerprint, Sequence[Finding]]], width: int | None = None) -> str:
+    """``--quiet``: the verdict line alone; for a fleet one line per runner, named, so a script or a CI log can
+    read each runner's answer without the listing."""
+    if len(fleet) == 1:
+        return fit(verdict_line(fleet[0][1]), width, hanging="    ")
+    return fit("\n".join(f"{fp.name or 'fingerprint'}: {verdict_line(found)}" for fp, found in fleet), width,
+               hanging="    ")
+
+
+def _hidden(findings: Sequence[Finding], shown: Sequence[Finding]) -> str:
+    """What ``--severity`` left out, counted by kind ("2 degraded, 1 recommendation"); ``""`` when nothing."""
+    kept = {id(f) for f in shown}
+    left = [f for f in findings if id(f) not in kept]
+    evidence = confirmed(left)
+    degraded = sum(1 for f in evidence if f.severity == "degraded")
+    advice = sum(1 for f in evidence if f.severity == "advice")
+    claims = sum(1 for f in left if f.unconfirmed)
+    counts = [f"{degraded} degraded" if degraded else "", _count(advice, "recommendation") if advice else "",
+              _count(claims, "unconfirmed claim") if claims else ""]
+    return ", ".join(c for c in counts if c)
+
+
+def _advice_lines(f: Finding, width: int) -> list[str]:
+    """Advice with what it is about, when it applies and what to do: the summary, the rule's condition (or what
+    this runner has for it), then the workaround; the bare workaround read as an instruction for any machine."""
+    out = [_wrap(f"- {f.summary}", "  ", width)]
+    if f.detail:
+        condition = f.detail if f.detail.startswith("when: ") else f"here: {f.detail}"
+        out.append(_wrap(f"    {condition}", "      ", width))
+    if f.workaround:
+        out.append(_wrap(f"    do: {f.workaround}", "      ", width))
+    out.append(f"    [{f.id}, {f.confidence}]")
+    return out
 
 
 def _finding_lines(f: Finding, width: int) -> list[str]:

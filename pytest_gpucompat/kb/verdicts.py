@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .match import describe_runner
-from .schema import NO_CONDITIONS, Rule
+from .schema import ACTIONS, NO_CONDITIONS, SEVERITIES, Rule
 
 if TYPE_CHECKING:
     from ..fingerprint import Fingerprint
 
 STOPPING_FAILURES = ("crash", "hang", "error-at-start", "oom")
-_ORDER = {"skip": 0, "xfail-strict": 1, "xfail": 2, "annotate": 3}
-_SEVERITY_ORDER = {"broken": 0, "degraded": 1, "advice": 2}
+_ORDER = {action: i for i, action in enumerate(ACTIONS)}
+_SEVERITY_ORDER = {severity: i for i, severity in enumerate(SEVERITIES)}
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,18 @@ def decide(findings: Sequence[Finding], run_known_bad: bool = False) -> Decision
 def with_details(findings: Sequence[Finding], rules: Iterable[Rule], fp: Fingerprint,
                  params: Mapping[str, Any]) -> list[Finding]:
     """The findings with what this runner has for their rules' conditions; only evidence of a problem (broken or
-    degraded, not an unconfirmed claim) is explained, the rest is shown as the rule says it."""
+    degraded, not an unconfirmed claim) is explained, the rest is shown as the rule says it. Advice gets its rule's
+    condition instead ("when: no GPU visible"): without it, advice reads as meant for every machine."""
+    from .describe import describe_when
+
     by_id = {r.id: r for r in rules}
     out = []
     for f in findings:
         rule = by_id.get(f.id)
         if rule is not None and not f.unconfirmed and f.severity != "advice":
             f = replace(f, detail=describe_runner(rule, fp, params) or None)
+        elif rule is not None and not f.unconfirmed and f.detail is None:
+            condition = describe_when(rule)
+            f = replace(f, detail=f"when: {condition}" if condition else None)
         out.append(f)
     return out

@@ -358,42 +358,28 @@ class ReportCollector:
     # ------------------------------------------------------------------ terminal
 
     def terminal_summary(self, tr: Any) -> None:
+        """The gpucompat section (report.summary): what failed first. Every line passes through errors.visible,
+        since reasons, log tails and rule texts come from engines and files, not from us."""
+        from ..errors import visible
+        from ..textfit import terminal_width
+        from .summary import summary_lines
+
         cells = list(self.cells.values())
         if not cells and not self.diff_text:
             return
         tr.section("gpucompat")
-        counts: dict[str, int] = {}
-        for c in cells:
-            counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
         where = self.state.fingerprint.summary()
         labels = self.state.what_if_labels()
         if labels:
             where = f"what-if {labels['what_if']} ({where}), ran on {labels['host']}"
-        tr.write_line(f"{len(cells)} cells on {where}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-        for c in cells:
-            refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
-                       and f["severity"] == "broken"]
-            if c["outcome"] == "xpassed" and c["rules"]:
-                refuted = c["rules"]
-            if refuted:
-                tr.write_line(f"evidence against rule(s) {', '.join(refuted)}: {c['nodeid']} passed")
-        degraded = sorted({f["id"] for c in cells for f in c["findings"]
-                           if f["severity"] == "degraded" and f.get("confidence") != "documents"})
-        if degraded:
-            tr.write_line(f"degraded findings attached: {', '.join(degraded)}")
-        for c in cells:
-            for issue in (c.get("explained_by") or [])[:1]:
-                workaround = f"; workaround: {issue['workaround']}" if issue.get("workaround") else ""
-                tr.write_line(f"{c['nodeid']}: matches known issue {issue['id']}{workaround}")
-        for c in cells:
-            if c["outcome"] in ("failed", "error") and c.get("log_tail"):
-                tr.write_line(f"{c['nodeid']}: engine log tail:")
-                for line in str(c["log_tail"]).splitlines()[-10:]:
-                    tr.write_line(f"    {line}")
+        width = getattr(getattr(tr, "_tw", None), "fullwidth", None) or terminal_width()
+        lines = summary_lines(cells, where, width)
         if self.path:
-            tr.write_line(f"report: {self.path}")
+            lines.append(f"report: {self.path}")
         if self.diff_text:
-            tr.write_line(self.diff_text)
+            lines.append(self.diff_text)
+        for line in lines:
+            tr.write_line(visible(line))
 
 
 def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str | None) -> None:

@@ -1,0 +1,94 @@
+"""Engine starts are said without splitting pytest's line of results: nothing for a quick start at default
+verbosity, one compact line once a start is slow, one full line per start at -v."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import requires
+
+from pytest_gpucompat.announce import Announcer
+
+SUITE = textwrap.dedent("""
+    import pytest
+
+    def test_before():
+        pass
+
+    @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32", "bfloat16"]})
+    def test_generate(gpucompat_cell, gpucompat_engine):
+        out = gpucompat_engine.engine.generate([[5, 6, 7]], 2, 1)
+        assert len(out[0].token_ids) == 99, "on purpose"
+
+    @pytest.mark.gpucompat(engine="hf", params={"dtype": ["float32"]})
+    def test_again(gpucompat_cell, gpucompat_engine):
+        gpucompat_engine.engine.generate([[5, 6, 7]], 2, 1)
+""")
+
+
+def test_a_quick_start_says_nothing_and_the_results_stay_on_one_line(pytester: pytest.Pytester) -> None:
+    requires("transformers")
+    pytester.makepyfile(test_starts=SUITE)
+    result = pytester.runpytest("--gpucompat", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    assert "starting hf" not in out and "waiting for" not in out
+    results = [line for line in result.outlines if line.startswith("test_starts.py ")]
+    assert len(results) == 1 and re.match(r"test_starts\.py \.FF\. ", results[0]), results
+
+
+def test_verbose_says_one_full_line_per_start(pytester: pytest.Pytester) -> None:
+    requires("transformers")
+    pytester.makepyfile(test_starts=SUITE)
+    result = pytester.runpytest("--gpucompat", "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2, failed=2)
+    starts = [line for line in result.outlines if line.startswith("gpucompat: starting hf on ")]
+    assert len(starts) == 2  # float32 (shared by test_again) and bfloat16
+    assert "dtype='float32'" in starts[0] and "dtype='bfloat16'" in starts[1]
+    assert all(line.endswith("(in this process)") for line in starts)
+
+
+# ---------------------------------------------------------------------------------------------- the announcer
+
+
+def test_a_slow_start_says_a_compact_line_then_one_per_repeat() -> None:
+    said: list[str] = []
+    announce = Announcer(said.append, verbose=False, slow_start_s=0.1, repeat_s=0.15)
+    with announce.engine_start("vllm", "starting vllm on m {dtype='fp8'} (timeout 600 s), log: x.log"):
+        announce("still starting vllm (30 s of 600 s), log: x.log")  # a heartbeat: the watcher's lines say it
+        time.sleep(0.5)
+    count = len(said)
+    time.sleep(0.3)
+    assert len(said) == count  # nothing after the start ended
+    assert 2 <= count <= 5 and all(re.fullmatch(r"waiting for vllm start \(\d+ s\)", s) for s in said), said
+    assert not any(t.name == "gpucompat-start-watcher" for t in threading.enumerate())  # joined, not left behind
+
+
+def test_a_quick_start_says_nothing() -> None:
+    said: list[str] = []
+    announce = Announcer(said.append, verbose=False, slow_start_s=5.0)
+    with announce.engine_start("hf", "starting hf on m (in this process)"):
+        pass
+    announce("running measure() in a child process (timeout 30 s), log: m.log")  # not a start: said as before
+    assert said == ["running measure() in a child process (timeout 30 s), log: m.log"]
+
+
+def test_verbose_says_the_full_line_and_every_heartbeat() -> None:
+    said: list[str] = []
+    announce = Announcer(said.append, verbose=True, slow_start_s=0.0)
+    with announce.engine_start("vllm", "starting vllm on m (timeout 600 s), log: x.log"):
+        announce("still starting vllm (30 s of 600 s), log: x.log")
+    assert said == ["starting vllm on m (timeout 600 s), log: x.log", "still starting vllm (30 s of 600 s), log: x.log"]
+
+
+def test_a_failed_write_does_not_stop_the_start() -> None:
+    def broken(text: str) -> None:
+        raise OSError("terminal gone")
+
+    announce = Announcer(broken, verbose=False, slow_start_s=0.01, repeat_s=0.01)
+    with announce.engine_start("vllm", "starting"):
+        time.sleep(0.1)
