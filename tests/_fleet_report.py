@@ -1,4 +1,5 @@
 """A synthetic fleet report for the HTML tests: 4 runners × 50 test items, every cell state, every chart's data.
+`fleet_report(n)` makes a larger fleet of the same kind (the page must stay usable with any number of runners).
 
 Deterministic (a seeded generator). One runner is a what-if run (`what_if` and `host` in its fingerprint), runner
 names and parameter values are long, and each test group shares a long model path (it belongs in the group header).
@@ -17,6 +18,10 @@ RUNNERS = (
     ("h100-sxm-ci-runner-us-east-02", "NVIDIA H100 80GB HBM3", "550.54.15", "0.25.1"),
     ("h200-ci-runner-03", "NVIDIA H200", "580.159.04", "0.26.0"),
     ("l40s-what-if-preview-runner-04", "NVIDIA L40S", "570.86.10", "0.26.0"),
+)
+_MORE_GPUS = (  # (GPU, driver) of the runners after these four, in turn
+    ("NVIDIA B200", "580.82.07"), ("NVIDIA H100 PCIe", "550.127.05"), ("NVIDIA A10G", "535.183.01"),
+    ("NVIDIA GH200 480GB", "570.133.20"), ("NVIDIA L4", "550.90.07"), ("NVIDIA RTX 6000 Ada Generation", "565.57.01"),
 )
 WHAT_IF_RUNNER = RUNNERS[3][0]
 WHAT_IF_FILE = "fleet/l40s-570-vllm-0.26.yaml"
@@ -122,10 +127,21 @@ def _cell(test: str, engine: str, params: dict[str, Any], runner: str, r: random
     return cell
 
 
-def fleet_report() -> Report:
-    """Four runners, 50 test items each (200 cells), merged as `gpucompat merge` does."""
+def runners(count: int = len(RUNNERS)) -> tuple[tuple[str, str, str, str], ...]:
+    """The first `count` runners: the four above, then more with long names of the same kind."""
+    more = []
+    for n in range(len(RUNNERS), count):
+        gpu, driver = _MORE_GPUS[n % len(_MORE_GPUS)]
+        slug = gpu.removeprefix("NVIDIA ").split()[0].lower()
+        more.append((f"{slug}-ci-runner-{('eu-west', 'us-east', 'ap-south')[n % 3]}-{n + 1:02d}", gpu, driver,
+                     ("0.24.3", "0.25.1", "0.26.0")[n % 3]))
+    return (RUNNERS + tuple(more))[:count]
+
+
+def fleet_report(count: int = len(RUNNERS)) -> Report:
+    """`count` runners (four by default), 50 test items each, merged as `gpucompat merge` does."""
     reports = []
-    for n, (name, gpu, driver, vllm) in enumerate(RUNNERS):
+    for n, (name, gpu, driver, vllm) in enumerate(runners(count)):
         r = random.Random(n)
         cells = [_cell(test, engine, dict(params), name, r, k + 5 * n) for k, (test, engine, params)
                  in enumerate(_items())]

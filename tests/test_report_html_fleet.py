@@ -13,8 +13,10 @@ from pytest_gpucompat.metrics import KEY_FIGURES, METRICS
 from pytest_gpucompat.report.charts import charts_section
 from pytest_gpucompat.report.figures import RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rule_of
 from pytest_gpucompat.report.html import render_html
+from pytest_gpucompat.report.html_assets import CSS
 from pytest_gpucompat.report.markdown import render_markdown
-from pytest_gpucompat.report.model import CellRecord, Report
+from pytest_gpucompat.report.merge import merge_reports
+from pytest_gpucompat.report.model import OUTCOMES, CellRecord, Report
 
 
 def _cell(**kw: object) -> CellRecord:
@@ -144,3 +146,40 @@ def test_charts_escape_names_and_are_left_out_without_data() -> None:
     assert "<b>r</b>" not in section and "&lt;b&gt;r&lt;/b&gt;" in section and "<i>e</i>" not in section
     empty = charts_section(Report.from_run({"name": "r"}, [{"nodeid": "t.py::t[a]", "outcome": "passed"}]))
     assert "<svg" not in empty and "No figures in this report to chart." in empty
+
+
+_REASONS = {  # a skip's reason for each state that is not an outcome (as the plugin writes them)
+    "known-bad": "known bad here: [vllm-fp8-kv] FP8 KV cache crashes (upstream)",
+    "unavailable": "sglang unavailable: sglang is not importable",
+    "no-gpu": "no GPU visible",
+    "needs-gpus": "cannot run here: [needs-gpus] needs 2 GPUs (tensor_parallel_size=2), 1 visible",
+    "too-little-memory": "cannot run here: [w] needs 102,400 MiB of weights per GPU (split by tensor_parallel_size=1), "
+                         "the smallest GPU has 81,559 MiB",
+    "too-big": "cannot run here: [needs-gpus] this runner: something else",
+    "not-covered": "not covered here: vllm 0.27.*",
+}
+
+
+def test_no_state_and_no_margin_is_told_by_colour_alone() -> None:
+    cells = [{"nodeid": f"suites/t.py::t[{state}]", "outcome": state if state in OUTCOMES else "skipped",
+              "reason": _REASONS.get(state)} for state in STATES]
+    other = Report.from_run({"name": "s"}, [{"nodeid": "suites/t.py::t[other]", "outcome": "passed"}])
+    page = render_html(merge_reports([Report.from_run({"name": "r"}, cells), other])) + render_html(fleet_report())
+    said = re.findall(r'<td class="cell [^"]*" data-cell="\d+" data-outcome="[^"]*" data-state="([^"]+)"[^>]*>'
+                      r'<span class="word">([^<]+)</span>', page)
+    assert len(said) == page.count('<td class="cell ') - page.count('<td class="cell o-missing"')  # every cell
+    words: dict[str, set[str]] = {}
+    for state, word in said:
+        words.setdefault(state, set()).add(word.strip())
+    assert set(words) == set(STATES)  # every state's cell says its state in words, and no two states share a word
+    assert all(a == b or not (words[a] & words[b]) for a in words for b in words), words
+    assert set(re.findall(r'<td class="cell o-missing"[^>]*>([^<]*)</td>', page)) == {"–"}  # a runner without it
+    # A figure over its limit carries a marker, bold and an outline, not only red; no other figure has the marker.
+    figures = re.findall(r'<span class="fig m-(\w+)" data-metric="[^"]*" title="([^"]*)">(.*?)</span>', page)
+    over = [(title, body) for margin, title, body in figures if margin == "over"]
+    assert over and all(body.startswith('<b class="over" aria-hidden="true">▲</b> ') and "OVER the limit" in title
+                        for title, body in over)
+    assert not any("▲" in body or "OVER" in title for margin, title, body in figures if margin != "over")
+    assert 'class="fig m-over"><b class="over" aria-hidden="true">▲</b> over the limit</span>' in page  # the key
+    rule = re.search(r"\.fig\.m-over\{([^}]*)\}", CSS)
+    assert rule is not None and "font-weight:700" in rule.group(1) and "outline:" in rule.group(1)

@@ -24,7 +24,6 @@ from .text import plain
 
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7a5195", "#1f2937")
 MEMORY_SERIES = ("nvml_process_mib", "nvml_device_used_mib", "torch_reserved_mib", "host_rss_mib")
-ENGINE_PACKAGE = {"hf": "transformers", "tensorrt-llm": "tensorrt-llm"}
 _FONT = 'font-family="system-ui,sans-serif"'
 
 
@@ -229,11 +228,20 @@ def memory_chart(report: Report) -> str:
 
 
 def engine_label(cell: CellRecord, fingerprint: Mapping[str, Any]) -> str:
-    """`vllm 0.26.0`, `hf (transformers 5.17.0)`: the engine and the version this runner had."""
+    """`vllm 0.26.0`, `hf (transformers 5.17.0)`: the engine and the version that ran (the cell's own record),
+    else the version this runner's fingerprint had."""
+    from ..engines.registry import descriptor
+
     engine = cell.engine or "no engine"
     packages = fingerprint.get("packages") or {}
-    package = ENGINE_PACKAGE.get(engine, engine)
-    version = packages.get(package) or packages.get(package.replace("-", "_"))
+    try:
+        found = descriptor(engine)
+    except ValueError:  # an engine this installation does not know (a report from elsewhere)
+        found = None
+    package = found.distribution if found is not None else engine
+    info = cell.extra.get("engine_info")
+    ran = info.get("version") if isinstance(info, Mapping) else None
+    version = ran or packages.get(engine) or packages.get(package)
     if engine == "openai" and cell.params.get("server"):
         server = str(cell.params["server"])
         return f"openai server {server} {packages.get(server) or ''}".strip()

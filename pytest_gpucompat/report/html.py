@@ -23,7 +23,7 @@ from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import ROW_ORDER, RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rows_failures_first, rule_of
-from .html_assets import CSS, JS, JS_ERRORS
+from .html_assets import COMPACT_FROM, CSS, JS, JS_ERRORS, OVER_MARK
 from .html_runners import abbreviated, e, fingerprint_card, installs_notice, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
 from .model import DEVIATIONS_SUMMARY, SEVERITIES, CellRecord, FindingRecord, Report, deviation_groups
@@ -41,13 +41,9 @@ _OPEN_LOGS = 5  # with this many failures or fewer, their log tails are shown op
 def _json_for_script(data: Any) -> str:
     """JSON that cannot end its <script> element early nor be read as markup."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return (
-        text.replace("&", "\\u0026")
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
+    for raw in ("&", "<", ">", "\u2028", "\u2029"):  # as \u0026 and so on, in this order
+        text = text.replace(raw, f"\\u{ord(raw):04x}")
+    return text
 
 
 def _short_test(test: str) -> tuple[str, str]:
@@ -93,8 +89,8 @@ def _summary_bar(report: Report) -> str:
         + ' · <a href="#charts">charts</a> · <a href="#runners">runners</a></p>'
     )
     figures = ('<p class="muted figlegend">Figures in cells: <span class="fig m-good">within half the limit</span> '
-               '<span class="fig m-near">within the limit</span> <span class="fig m-over">over the limit</span> '
-               '<span class="fig m-plain">no limit (throughput)</span>; hover a figure for its limit.</p>')
+               f'<span class="fig m-near">within the limit</span> <span class="fig m-over">{OVER_MARK}over the limit'
+               '</span> <span class="fig m-plain">no limit (throughput)</span>; hover a figure for its limit.</p>')
     return (
         '<section class="summary" aria-label="Summary">'
         + facts
@@ -165,7 +161,8 @@ def _search_text(row: Mapping[str, CellRecord]) -> str:
 
 def _figures_html(cell: CellRecord) -> str:
     return "".join(
-        f'<span class="fig m-{f.margin}" data-metric="{e(f.key.metric)}" title="{e(f.title)}">{e(f.text)}</span>'
+        f'<span class="fig m-{f.margin}" data-metric="{e(f.key.metric)}" title="{e(f.title)}'
+        + (f' · OVER the limit">{OVER_MARK}' if f.margin == "over" else '">') + f"{e(f.text)}</span>"
         for f in key_figures(cell)
     )
 
@@ -234,10 +231,10 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
         path, func = _short_test(firsts[0].test)
         chips = "".join(_chip(k, v) for k, v in shared.items())
         body.append(
-            f'<tr class="group"><th colspan="{len(runners) + 1}" scope="rowgroup">'
+            f'<tr class="group"><th colspan="{len(runners) + 1}" scope="rowgroup"><div class="ghead">'
             f'<span class="func">{e(func)}</span> <span class="path">{e(path)}</span>'
             + (f'<span class="shared"><span class="muted">every row:</span> {chips}</span>' if chips else "")
-            + "</th></tr>"
+            + "</div></th></tr>"
         )
         for row, any_cell in zip(group, firsts):
             states = " ".join(sorted({cell_state(c) for c in row.values()}))
@@ -250,7 +247,9 @@ def _matrix(report: Report, index_of: Mapping[int, int]) -> str:
                 f'data-search="{e(_search_text(row))}">{_row_header(any_cell, shared, with_model)}{tds}</tr>'
             )
     return (
-        f'<p class="muted roworder">{e(ROW_ORDER)}</p><div class="matrix-wrap"><table class="matrix"><thead><tr>'
+        f'<p class="muted roworder">{e(ROW_ORDER)}</p><div id="matrix" class="matrix-wrap'
+        f'{" compact" * (len(runners) >= COMPACT_FROM)}" tabindex="0" role="region" '
+        'aria-label="matrix (scrolls inside its box)"><table class="matrix"><thead><tr>'
         f'<th class="corner" scope="col">test · engine · params</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
         '<p id="no-rows" class="empty" hidden>No rows match the filters.</p>'
@@ -337,8 +336,8 @@ def _findings_section(report: Report) -> str:
         return ""
     order = {s: i for i, s in enumerate(SEVERITIES)}
     ranked = sorted(by_id.values(), key=lambda item: (order.get(item[0].severity, 99), item[0].id))
-    head = ('<table class="grid"><thead><tr><th>severity</th><th>rule</th><th>confidence</th><th>action</th>'
-            "<th>summary</th><th>cells</th></tr></thead><tbody>")
+    head = ('<div class="scroll"><table class="grid"><thead><tr><th>severity</th><th>rule</th><th>confidence</th>'
+            "<th>action</th><th>summary</th><th>cells</th></tr></thead><tbody>")
 
     def rows(unconfirmed: bool) -> tuple[int, str]:
         chosen = [(f, n) for f, n in ranked if f.unconfirmed == unconfirmed]
@@ -354,12 +353,12 @@ def _findings_section(report: Report) -> str:
     out = ""
     if n_found:
         out += (f'<section id="findings"><h2>Findings <span class="muted">({n_found})</span></h2>'
-                f"{head}{found}</tbody></table></section>")
+                f"{head}{found}</tbody></table></div></section>")
     if n_claims:
         out += (f'<section id="unconfirmed"><details><summary><h2>Unconfirmed claims <span class="muted">'
                 f"({n_claims})</span></h2></summary><p class=\"muted\">Only the seed documents say so: they never "
                 "stop or colour a cell; the cells' outcomes are evidence for or against them.</p>"
-                f"{head}{claims}</tbody></table></details></section>")
+                f"{head}{claims}</tbody></table></div></details></section>")
     return out
 
 
@@ -374,9 +373,9 @@ def _cross_section(report: Report) -> str:
         for p in pairs
     )
     return (f'<section id="cross"><h2>Runner against runner <span class="muted">({len(pairs)})</span></h2>'
-            f'<p class="muted">{e(CROSS_SUMMARY)}</p><table class="grid"><thead><tr><th>test</th><th>cell</th>'
-            "<th>runners</th><th>first divergence</th><th>max |Δlogprob|</th>"
-            f"<th>token agreement</th></tr></thead><tbody>{rows}</tbody></table></section>")
+            f'<p class="muted">{e(CROSS_SUMMARY)}</p><div class="scroll"><table class="grid"><thead><tr><th>test</th>'
+            "<th>cell</th><th>runners</th><th>first divergence</th><th>max |Δlogprob|</th>"
+            f"<th>token agreement</th></tr></thead><tbody>{rows}</tbody></table></div></section>")
 
 
 def _embedded(cell: CellRecord) -> dict[str, Any]:

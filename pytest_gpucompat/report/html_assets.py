@@ -3,6 +3,27 @@
 `JS_ERRORS` runs first, in the head: it records script errors and Content-Security-Policy violations into
 `#gc-errors`. `JS` reads the cells from the `#gc-data` JSON block, opens a cell's details on click (with
 `textContent`, never `innerHTML`), applies the filters, and runs the `#selftest` the browser test reads.
+
+The page is read on wide screens and on phones: the matrix scrolls inside its own box (row heads and the runner
+heads sticky), never the page; with many runners (`COMPACT_FROM`) its columns are compact, and below 700 px every
+matrix is. Nothing is told by colour alone: a cell says its state in words, a figure over its limit has `OVER_MARK`.
+"""
+
+#: Runners from which the matrix is compact (narrower row heads and runner columns, names wrapped, smaller figures):
+#: 7 runners fit 1400 px; more scroll sideways inside the matrix's box, never the page.
+COMPACT_FROM = 5
+#: Put before a figure over its limit: red alone says nothing to a colour-blind reader nor on a grey printout.
+OVER_MARK = '<b class="over" aria-hidden="true">▲</b> '
+
+# The compact matrix's rules, `P ` standing for the selector that makes it compact (a class, or a narrow screen).
+_COMPACT = """
+P th.rowhead{width:240px;min-width:180px}P th.rowhead .param,P th.rowhead .axis{white-space:normal;
+overflow-wrap:anywhere}P th.rowhead .param b{display:inline-block}
+P .runner{min-width:96px;max-width:150px;padding:6px}P .runner .rname{font-size:12.5px}P .runner .gpu{font-size:11.5px}
+P .runner .sw,P .runner .pk,P .runner .rc,P .runner .wi{font-size:10.5px}
+P td.cell{min-width:96px;padding:4px 6px;font-size:12px;white-space:normal}P .mark{margin-left:3px}
+P .fig{font-size:10.5px;padding:0 3px;white-space:nowrap}
+P td.cell .rule-id,P td.cell .ranon{font-size:10px;overflow-wrap:anywhere}
 """
 
 CSS = """
@@ -47,7 +68,7 @@ border:1px solid var(--line);border-radius:8px;margin:12px 0}
 .outcomes{display:flex;flex-wrap:wrap;gap:4px 12px}.chk{display:flex;align-items:center;gap:5px;cursor:pointer}
 .chk .n{color:var(--muted);font-size:12px}
 .matrix-wrap{max-height:76vh;overflow:auto;border:1px solid var(--line);border-radius:8px;width:fit-content;
-max-width:100%}
+max-width:100%}.matrix-wrap:focus-visible{outline:2px solid #93c5fd;outline-offset:1px}
 table.matrix{border-collapse:separate;border-spacing:0}
 .matrix thead th{position:sticky;top:0;z-index:2;background:#fff;border-bottom:2px solid var(--line);
 text-align:left;vertical-align:bottom;padding:8px 10px;font-weight:normal}
@@ -58,7 +79,8 @@ text-align:left;vertical-align:bottom;padding:8px 10px;font-weight:normal}
 .runner .rc{font-size:11.5px;margin-top:2px}.rc .ok{color:var(--pass)}.rc .bad{color:var(--fail);font-weight:600}
 tr.group th{background:var(--soft);text-align:left;padding:7px 10px;border-top:1px solid var(--line);
 border-bottom:1px solid var(--line);position:sticky;left:0}
-tr.group .func{font-weight:600}tr.group .path{color:var(--muted);font-size:12px;margin-left:6px}
+tr.group .ghead{position:sticky;left:10px;display:inline-block;max-width:calc(100vw - 90px)}
+tr.group .func{font-weight:600;overflow-wrap:anywhere}tr.group .path{color:var(--muted);font-size:12px;margin-left:6px}
 tr.group .shared{margin-left:14px;font-weight:normal}tr.group .shared .param{margin-right:8px}
 th.rowhead{position:sticky;left:0;z-index:1;background:#fff;text-align:left;font-weight:normal;padding:5px 10px;
 border-bottom:1px solid var(--line);width:380px;min-width:170px;line-height:1.6}
@@ -78,7 +100,8 @@ td.cell .ranon{display:block;font-size:10.5px;font-weight:600;color:#6d28d9}
 font-variant-numeric:tabular-nums;background:#fff;border-left:3px solid}
 .figlegend .fig{display:inline-block;margin:0 4px}
 .fig.m-good{color:#166534;border-color:#16a34a}.fig.m-near{color:#92400e;background:#fef3c7;border-color:#d97706}
-.fig.m-over{color:#fff;background:#dc2626;border-color:#7f1d1d}.fig.m-plain{color:#334155;border-color:#94a3b8}
+.fig.m-over{color:#fff;background:#dc2626;border-color:#7f1d1d;font-weight:700;outline:1px solid #7f1d1d}
+.fig.m-plain{color:#334155;border-color:#94a3b8}
 td.cell.dim{opacity:.25}
 .o-passed{background:var(--pass-bg);color:#166534}.o-failed{background:var(--fail-bg);color:#991b1b}
 .o-error{background:#991b1b;color:#fff}.o-xfailed{background:var(--xf-bg);color:#92400e}
@@ -136,6 +159,19 @@ margin:0 6px 4px 0;font-size:12px}
 .finding{border:1px solid var(--line);border-radius:6px;padding:8px 10px;margin-bottom:8px}
 .finding .fhead{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin-bottom:4px}
 .log{background:#0f172a;color:#e2e8f0;padding:10px;border-radius:6px;font-size:12px;max-height:50vh;overflow:auto}
+code{overflow-wrap:break-word}li.failure{overflow-wrap:break-word}
+details.log{background:none;color:inherit;padding:0;max-height:none;overflow:visible}
+""" + _COMPACT.replace("P ", ".matrix-wrap.compact ") + """
+@media (max-width:700px){
+body{padding:12px 10px 40px}h1{font-size:19px}
+""" + _COMPACT.replace("P ", ".matrix-wrap ") + """
+.matrix-wrap th.rowhead,.matrix-wrap.compact th.rowhead{width:126px;min-width:110px;padding:4px 6px}
+.matrix-wrap th.rowhead .param{font-size:11px}.matrix-wrap{max-height:80vh}
+tr.group .ghead{left:6px;max-width:calc(100vw - 50px)}tr.group .shared{display:block;margin-left:0}
+.param,.axis{white-space:normal;overflow-wrap:anywhere}li.failure{padding:8px}#f-text{min-width:0}
+svg.chart{max-width:none;flex:none}.legend li{display:block}.legend li.zero{display:none}
+.legend .swatch{vertical-align:-1px;margin-right:6px}
+}
 """
 
 JS_ERRORS = """

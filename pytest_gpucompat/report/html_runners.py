@@ -94,7 +94,7 @@ def runner_header(index: int, name: str, fingerprint: Mapping[str, Any], counts:
     tally += [f'<span class="bad">{counts[o]} {o}</span>' for o in ("failed", "error") if counts.get(o)]
     return (
         f'<th scope="col" class="runner" data-runner="{e(name)}"><a class="rname" href="#runner-{index}">'
-        f"{abbreviated(name, 28)}</a>"
+        f"{abbreviated(name, 60)}</a>"  # wrapped in its column (html_assets), cut only when very long
         + (f'<div class="wi" title="{e(what_if[0])} · ran on {e(what_if[1])}">what-if: {abbreviated(what_if[0], 26)}'
            "</div>" if what_if else "")
         + f'<div class="gpu">{e(gpu_summary(fingerprint))}</div>'

@@ -33,7 +33,7 @@ from .text import (
     stack_summary,
 )
 
-#: Engine kernel packages named next to the runners table when a fingerprint has them (fingerprint.TRACKED_PACKAGES).
+#: Engine kernel packages named next to the runners table when a fingerprint has them.
 KERNEL_PACKAGES: tuple[str, ...] = ("flashinfer-python", "sglang-kernel", "xformers", "flash-attn", "triton")
 
 STATUS_WORDS: dict[str, str] = {

@@ -12,9 +12,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: Packages shown in matrix headers, in this order, when a fingerprint has them.
-ENGINE_PACKAGES: tuple[str, ...] = ("vllm", "sglang", "tensorrt-llm", "tensorrt_llm", "transformers", "torch")
-
 
 def first_line(text: str | None) -> str:
     """The first non-blank line of `text`, without its leading whitespace; `""` for None or blank text."""
@@ -64,9 +61,13 @@ def stack_summary(fingerprint: Mapping[str, Any]) -> str:
 
 
 def engine_versions(fingerprint: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Installed engine and torch versions, in ENGINE_PACKAGES order."""
+    """Installed engine and torch versions: every registered engine's fingerprint key (asked live) in registration
+    order, then torch."""
+    from ..engines.registry import descriptors
+
     packages = fingerprint.get("packages") or {}
-    return [(name, str(packages[name])) for name in ENGINE_PACKAGES if packages.get(name)]
+    names = dict.fromkeys([key for d in descriptors() for key in (d.name, *d.packages, d.distribution)] + ["torch"])
+    return [(name, str(packages[name])) for name in names if packages.get(name) and name != "requests"]
 
 
 def incomplete_installs(runners: Mapping[str, Mapping[str, Any]], max_missing: int = 8) -> list[str]:

@@ -13,14 +13,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..kb.schema import ACTIONS, CONFIDENCES, SEVERITIES  # the knowledge base's vocabularies, defined once
+
 #: Version of the report format this code reads and writes; a reader refuses another one rather than guess.
 SCHEMA_VERSION = 1
 
 # The format's enums: the same lists as schema.json's.
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "skipped", "error", "not-covered")
-SEVERITIES: tuple[str, ...] = ("broken", "degraded", "advice")
-CONFIDENCES: tuple[str, ...] = ("documents", "upstream", "verified")
-ACTIONS: tuple[str, ...] = ("skip", "xfail-strict", "xfail", "annotate")
 DEVIATION_SOURCES: tuple[str, ...] = ("cell", "harness", "environment")
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
