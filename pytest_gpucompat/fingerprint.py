@@ -15,32 +15,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .engines.registry import kb_engine_names, tracked_packages
+from .engines.registry import kb_engine_names
 from .environment import engine_env, env_field
 from .errors import InputError
 from .inputs import bool_field, int_field, load_file, text_field
-from .installed import find
 from .installs import EngineInstall, engine_installs, installs_field
+from .stack import cuda_runtime_version, installed_packages
 from .versions import is_version, normalize_package
 
 SCHEMA = 1
 
-# Distributions whose versions matter for compatibility; several names may stand for one package.
-TRACKED_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    **tracked_packages(),  # the engines (vllm, sglang, tensorrt-llm), from the engine registry
-    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
-    "torch": ("torch",),
-    "transformers": ("transformers",),
-    "flashinfer-python": ("flashinfer-python", "flashinfer"),
-    "xformers": ("xformers",),
-    "flash-attn": ("flash-attn",),
-    "sglang-kernel": ("sglang-kernel", "sgl-kernel"),  # SGLang's kernels, sgl-kernel before 0.3.x
-    "triton": ("triton",),
-    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
-    "cuda-runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"),
-}
-
-# nvmlDeviceGetArchitecture values (nvml.h NVML_DEVICE_ARCH_*).
 _ARCHITECTURES = {
     2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing",
     7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell",
@@ -280,55 +264,6 @@ def _interconnect(gpus: tuple[GPU, ...], links: tuple[Link, ...]) -> str | None:
     if len(gpus) < 2 or not links:
         return None
     return "nvlink" if all(link.kind == "nvlink" for link in links) else "pcie"
-
-
-def installed_packages() -> dict[str, str]:
-    """Versions of the tracked distributions, the first installed name of each in the order listed.
-
-    Read from the distributions' own metadata directories (installed.py), not by importing importlib.metadata or
-    scanning every installed distribution: either cost more than the rest of `gpucompat env`.
-    """
-    installed = find(name for names in TRACKED_PACKAGES.values() for name in names)
-    found: dict[str, str] = {}
-    for key, names in TRACKED_PACKAGES.items():
-        version = next((installed[name].version for name in names if name in installed), None)
-        if version:
-            found[key] = version
-    return dict(sorted(found.items()))
-
-
-def cuda_runtime_version(packages: Mapping[str, str]) -> str | None:
-    """The CUDA version torch (and so the engines) was built for, without importing torch."""
-    if "torch" in packages:
-        from_file = _torch_version_file()
-        if from_file is not None:
-            return from_file or None
-        local = packages["torch"].partition("+")[2]
-        if local.startswith("cu") and local[2:].isdigit():
-            digits = local[2:]
-            return f"{int(digits[:-1])}.{digits[-1]}"
-        if local:
-            return None
-    runtime = packages.get("cuda-runtime")
-    if runtime:
-        return ".".join(runtime.split(".")[:2])
-    return None
-
-
-def _torch_version_file() -> str | None:
-    """Read ``cuda = '13.0'`` from torch/version.py; "" means a CPU build, None means unknown."""
-    torch = find(["torch"]).get("torch")
-    try:
-        text = (torch.location / "torch" / "version.py").read_text() if torch is not None else ""
-    except OSError:
-        return None
-    if not text:
-        return None
-    for line in text.splitlines():
-        if line.startswith("cuda"):
-            value = line.partition("=")[2].strip()
-            return "" if value in ("None", "") else value.strip("'\"")
-    return None
 
 
 def detect_container() -> str | None:

@@ -142,13 +142,13 @@ def test_rules_list_and_filters(capsys, files):
     assert "team-bf16-needs-sm80" in out and "team-use-fp16-on-volta" not in out
 
 
-def test_rules_lint_without_engines_says_what_was_not_checked(capsys, tmp_path):
+def test_rules_lint_without_history_or_engine_says_what_was_not_checked(capsys, tmp_path):
     kb = tmp_path / "flags.yaml"
     kb.write_text("rules: [{id: f, summary: s, severity: advice, failure: none, confidence: documents, "
-                  "engine: sglang, flags: ['--enable-flashinfer'], sources: [{kind: seed, ref: r}]}]\n")
-    code, out, _ = run(capsys, "rules", "--kb", str(kb), "--engine", "sglang", "--lint")
+                  "engine: tensorrt-llm, flags: ['--max_batch_size'], sources: [{kind: seed, ref: r}]}]\n")
+    code, out, _ = run(capsys, "rules", "--kb", str(kb), "--no-builtin-rules", "--engine", "tensorrt-llm", "--lint")
     assert code == 0
-    assert "not checked: sglang is not installed" in out
+    assert "not checked: tensorrt-llm has no release history and is not installed (1 rules)" in out
 
 
 def test_lint_checks_only_the_engines_own_flags(tmp_path):
@@ -163,8 +163,8 @@ def test_lint_checks_only_the_engines_own_flags(tmp_path):
                   "  - {id: other-tool, summary: s, severity: advice, failure: none, confidence: documents,\n"
                   "     engine: vllm, flags: ['nvidia-smi --query-gpu'], sources: [{kind: seed, ref: r}]}\n")
     rules = load_kb([kb], builtin=False).rules
-    results = lint_rules(rules, installed=[])
-    assert [(r.rule_id, r.reason) for r in results] == [("own", "vllm is not installed")]
+    results = lint_rules(rules, installed=[], known={})  # no history: the installed engine's --help would decide
+    assert [(r.rule_id, r.reason) for r in results] == [("own", "vllm has no release history and is not installed")]
 
 
 def test_console_script_runs_as_a_module():

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucompat.engines import (
-    DISTRIBUTIONS,
-    ENGINE_NAMES,
     canonical_name,
     create,
     distribution,
+    engine_names,
     engine_params,
     engine_version,
     missing_module,
@@ -79,8 +78,8 @@ def test_the_vllm_adapter_sets_no_environment_variable(monkeypatch: pytest.Monke
 
 
 def test_registry() -> None:
-    assert ENGINE_NAMES == ("hf", "vllm", "sglang", "tensorrt-llm", "openai")
-    assert set(DISTRIBUTIONS) == set(ENGINE_NAMES)
+    assert engine_names() == ("hf", "vllm", "sglang", "tensorrt-llm", "openai")
+    assert all(distribution(name) for name in engine_names())
     assert canonical_name("trtllm") == canonical_name("TensorRT_LLM") == "tensorrt-llm"
     assert distribution("trtllm") == "tensorrt-llm" and distribution("hf") == "transformers"
     assert distribution("pkg.mod:Factory") is None

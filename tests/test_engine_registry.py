@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import requires
 
-from pytest_gpucompat.engines import ENGINE_NAMES, IN_PROCESS_ENGINES, create, unit_vector
+from pytest_gpucompat.engines import create, engine_names, unit_vector
 from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.pool import EnginePool
@@ -35,13 +35,13 @@ FAKE = "test_isolation:FakeEngine"
 
 
 def test_one_descriptor_per_engine() -> None:
-    assert tuple(d.name for d in descriptors()) == ENGINE_NAMES
+    assert tuple(d.name for d in descriptors()) == engine_names()
     for d in descriptors():
         assert dataclasses.is_dataclass(d) and d.adapter.count(":") == 1
         module, _, cls = d.adapter.partition(":")
         assert hasattr(importlib.import_module(module), cls)  # adapter modules import no engine
         assert create(d.name).name == d.name
-    assert sorted(IN_PROCESS_ENGINES) == ["hf"]
+    assert [name for name in engine_names() if runs_in_process(name)] == ["hf"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         descriptor("vllm").name = "x"  # type: ignore[misc, union-attr]
 
@@ -71,7 +71,7 @@ def test_aliases_and_where_engines_run() -> None:
 def test_a_name_or_alias_is_registered_once() -> None:
     with pytest.raises(ValueError, match="'trtllm' is already registered"):
         register(EngineDescriptor(name="other", adapter="x:Y", distribution="x", aliases=("trtllm",)))
-    assert "other" not in ENGINE_NAMES and "other" not in (d.name for d in descriptors())
+    assert "other" not in engine_names() and "other" not in (d.name for d in descriptors())
 
 
 def test_one_dtype_table_and_one_embedding_normalisation() -> None:
@@ -144,3 +144,19 @@ def test_a_cell_may_run_the_reference_in_a_child_and_name_it_by_alias(pytester: 
     """)
     result = pytester.runpytest("--gpucompat", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_an_engine_registered_later_is_asked_live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry is asked at use, never copied at import: an engine a conftest registers after the package was
+    imported is accepted by rule files and by `gpucompat rules --engine`."""
+    from pytest_gpucompat.cli import main
+    from pytest_gpucompat.engines import registry
+    from pytest_gpucompat.kb import load_kb
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    register(EngineDescriptor(name="tgi", adapter="x:Y", distribution="text-generation", kb=True))
+    rules = tmp_path / "tgi.yaml"
+    rules.write_text("rules: [{id: tgi-x, summary: s, severity: advice, failure: none, confidence: documents, "
+                     "engine: tgi, sources: [{kind: seed, ref: r}]}]\n")
+    assert [r.engine for r in load_kb([rules], builtin=False).rules] == ["tgi"]
+    assert main(["rules", "--kb", str(rules), "--no-builtin-rules", "--engine", "tgi"]) == 0

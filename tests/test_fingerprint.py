@@ -115,7 +115,9 @@ def test_visible_devices_applied_to_fingerprint(nvml, monkeypatch):
 
 
 def test_cuda_runtime_from_local_version_without_importing_torch(monkeypatch):
-    monkeypatch.setattr(fpmod, "_torch_version_file", lambda: None)
+    from pytest_gpucompat import stack
+
+    monkeypatch.setattr(stack, "_torch_version_file", lambda: None)
     assert fpmod.cuda_runtime_version({"torch": "2.11.0+cu130"}) == "13.0"
     assert fpmod.cuda_runtime_version({"torch": "2.4.0+cu121"}) == "12.1"
     assert fpmod.cuda_runtime_version({"torch": "2.13.0+cpu"}) is None
@@ -250,10 +252,11 @@ def test_kernel_packages_are_tracked(monkeypatch, tmp_path):
     assert packages == {"flash-attn": "2.7.4", "flashinfer-python": "0.2.5", "sglang-kernel": "0.1.9",
                         "vllm": "0.26.0", "xformers": "0.0.29"}
     from pytest_gpucompat.engines.registry import descriptors
+    from pytest_gpucompat.stack import tracked_distributions
 
     for descriptor in descriptors():  # every descriptor's `packages` is tracked under the engine's name
         if descriptor.packages:
-            assert fpmod.TRACKED_PACKAGES[descriptor.name] == descriptor.packages
+            assert tracked_distributions()[descriptor.name] == descriptor.packages
 
 
 def test_env_round_trips_and_old_files_without_env_still_load(tmp_path):

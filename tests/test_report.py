@@ -843,3 +843,30 @@ def test_report_data_is_not_aliased() -> None:
     report.to_dict()["cells"][0]["params"]["dtype"] = "changed"
     assert report.cells[0].params["dtype"] == "bfloat16"
     assert source == snapshot
+
+
+def test_the_reports_vocabularies_are_the_knowledge_bases_and_schema_json_agrees() -> None:
+    """Severities, confidences and actions are defined once (kb/schema.py); the validator uses those, and every
+    enum of schema.json that lists them lists exactly them (null allowed where a field is optional)."""
+    from pytest_gpucompat.kb import schema as kb_schema
+    from pytest_gpucompat.report import validate
+
+    assert validate.SEVERITIES is kb_schema.SEVERITIES and validate.CONFIDENCES is kb_schema.CONFIDENCES
+    assert validate.ACTIONS is kb_schema.ACTIONS
+    schema = json.loads(SCHEMA_PATH.read_text())
+    enums: dict[str, list[set[object]]] = {}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, dict) and "enum" in value:
+                    enums.setdefault(key, []).append(set(value["enum"]) - {None})
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    for key, vocabulary in (("severity", kb_schema.SEVERITIES), ("confidence", kb_schema.CONFIDENCES),
+                            ("action", kb_schema.ACTIONS)):
+        assert enums[key] and all(found == set(vocabulary) for found in enums[key]), key

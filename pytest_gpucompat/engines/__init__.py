@@ -31,12 +31,9 @@ from .registry import (
 )
 
 __all__ = [
-    "ENGINE_NAMES",
     "Unsupported",
-    "DISTRIBUTIONS",
     "EngineDescriptor",
     "HARNESS_PARAMS",
-    "IN_PROCESS_ENGINES",
     "Engine",
     "EngineFailed",
     "EngineSpec",
@@ -46,7 +43,9 @@ __all__ = [
     "canonical_name",
     "create",
     "descriptor",
+    "descriptors",
     "distribution",
+    "engine_names",
     "engine_params",
     "engine_version",
     "import_failure",
@@ -65,14 +64,6 @@ class Unsupported(EngineUnavailable, NotImplementedError):
     """This engine, started this way, cannot do that call (e.g. embed on a generation engine): a skip, not a
     failure. Both `except EngineUnavailable` and `except NotImplementedError` catch it."""
 
-
-ENGINE_NAMES: tuple[str, ...] = engine_names()
-
-DISTRIBUTIONS: dict[str, str] = {d.name: d.distribution for d in descriptors()}
-"""The distribution whose version identifies each engine (its installed version: installed.py)."""
-
-IN_PROCESS_ENGINES: frozenset[str] = frozenset(d.name for d in descriptors() if d.in_process)
-"""Engines that run in the pytest process by default; every other engine runs isolated in a child process."""
 
 HARNESS_PARAMS: frozenset[str] = frozenset({"env", "task", "start_timeout_s", "call_timeout_s", "isolated"})
 """Spec params read by the harness, never passed on to an engine's own constructor."""

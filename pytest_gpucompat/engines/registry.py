@@ -116,6 +116,9 @@ class EngineDescriptor:
                      why); everything else runs with the engine's own defaults. Each is a recorded deviation.
     harness_env:     environment variables the harness sets for it when neither the environment nor the cell does;
                      recorded the same way. Empty for every engine shipped here: an engine runs as installed.
+    command_markers: words that show a command line starts this engine's server (`gpucompat check --args`).
+    cli_underscores: its command line takes `--max_model_len` for `--max-model-len` (vLLM's parser does; plain
+                     argparse does not).
     """
 
     name: str
@@ -135,6 +138,8 @@ class EngineDescriptor:
     gpu_memory: GpuMemory | None = None
     harness_defaults: Mapping[str, HarnessDefault] = field(default_factory=dict)
     harness_env: Mapping[str, HarnessDefault] = field(default_factory=dict)
+    command_markers: tuple[str, ...] = ()
+    cli_underscores: bool = False
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
@@ -273,6 +278,8 @@ register(EngineDescriptor(
     module="vllm",
     kb=True,
     help_commands=(("vllm", "--help"), ("vllm", "serve", "--help=all")),
+    command_markers=("vllm serve", "vllm.entrypoints"),
+    cli_underscores=True,  # vllm/utils FlexibleArgumentParser turns --max_model_len into --max-model-len
     env_prefixes=("VLLM_",),
     packages=("vllm",),
     # flash-attn: ViT attention; deep-gemm: FP8 block GEMMs; nvidia-cutlass-dsl: the CuTe-DSL (FA4) kernels
@@ -300,6 +307,7 @@ register(EngineDescriptor(
     module="sglang",
     kb=True,
     help_commands=((sys.executable, "-m", "sglang.launch_server", "--help"),),
+    command_markers=("sglang.launch_server", "sglang serve"),
     env_prefixes=("SGLANG_", "SGL_"),
     packages=("sglang",),
     acceleration=("sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
@@ -333,6 +341,7 @@ register(EngineDescriptor(
     module="tensorrt_llm",
     kb=True,
     help_commands=(("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
+    command_markers=("trtllm-serve",),
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
     acceleration=("flashinfer-python", "deep-gemm", "nvidia-cutlass-dsl", "triton"),

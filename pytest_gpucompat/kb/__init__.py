@@ -22,7 +22,6 @@ from .load import builtin_rule_files, load_kb, load_rule_file, parse_rule
 from .match import Facts, describe_runner, rule_matches
 from .schema import (
     CONFIDENCES,
-    ENGINES,
     FAILURES,
     INTERCONNECTS,
     SEVERITIES,
@@ -40,7 +39,6 @@ from .verdicts import Decision, Finding, cell_findings, concerns_cell, confirmed
 
 __all__ = [
     "CONFIDENCES",
-    "ENGINES",
     "FAILURES",
     "INTERCONNECTS",
     "SEVERITIES",

@@ -12,11 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..engines.failures import last_error
-from ..engines.registry import descriptor
+from ..engines.registry import descriptor, kb_engine_names
 from ..versions import normalize_package
 from .failure_modes import FailureMode, classify
 from .regex_safety import MAX_UNBOUNDED_REPEATS
-from .schema import ENGINES
 from .signatures import Failure, compile_pattern
 
 MAX_LINE_CHARS = 160
@@ -161,7 +160,7 @@ def propose_rule(failures: Sequence[Failure], source: str, taken: set[str],
     signature = signature_of(first)
     failure, severity = classify(failures, modes)
     when = proposed_when(failures)
-    engine = first.kb_engine if first.kb_engine in ENGINES else None
+    engine = first.kb_engine if first.kb_engine in kb_engine_names() else None
     version = next(iter(when.get("packages", {}).values()), "").lstrip("=") or None
     who = " ".join(p for p in (first.kb_engine or "engine-independent test", version) if p)
     runners = sorted({f.runner for f in failures if f.runner})

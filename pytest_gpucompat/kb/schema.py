@@ -13,15 +13,15 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from ..engines.registry import kb_engine_names
 from ..versions import normalize_package
 
 SEVERITIES = ("broken", "degraded", "advice")
 FAILURES = ("crash", "hang", "error-at-start", "oom", "wrong-output", "slow", "memory", "fallback", "precision",
             "none")
 CONFIDENCES = ("documents", "upstream", "verified")
+ACTIONS = ("skip", "xfail-strict", "xfail", "annotate")
+"""What a finding does to a cell, strongest first (kb.verdicts.action_for)."""
 SOURCE_KINDS = ("seed", "code", "doc", "issue", "report")
-ENGINES = kb_engine_names()  # the engines a rule may name: vllm, sglang, tensorrt-llm (engines/registry.py)
 INTERCONNECTS = ("pcie", "nvlink")
 INSTALL_STATES = ("complete", "incomplete")
 MODEL_SHAPE = ("architecture", "head_size", "num_attention_heads", "num_key_value_heads")
@@ -83,6 +83,18 @@ NO_CONDITIONS = Conditions()
 
 
 @dataclass(frozen=True)
+class FlagFact:
+    """A flag (``--kv-cache-dtype``) or environment variable (``VLLM_USE_V1``) a rule names. With ``versions`` it
+    exists in exactly the engine releases that specifier accepts (checked on both sides of each bound); without,
+    in every release of the rule's own range. ``--flag=value`` says the flag accepts that value. ``gpucompat rules
+    --lint`` checks all of it against the engine history."""
+
+    name: str
+    versions: SpecifierSet | None = None
+    nowhere: bool = False  # `versions: none`: no release has it (a flag copied from an article that never existed)
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     summary: str
@@ -95,6 +107,7 @@ class Rule:
     symptom: str | None = None
     workaround: str | None = None
     flags: tuple[str, ...] = ()
+    flag_facts: tuple[FlagFact, ...] = ()  # the same names, with the releases each exists in where stated
     claims: tuple[str, ...] = ()
     note: str | None = None
     file: str = ""
