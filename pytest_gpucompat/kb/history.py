@@ -57,9 +57,10 @@ class Release:
         return self.error is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class History:
-    """One engine's releases in version order and, per kind and item, its runs as (first, last) release indexes."""
+    """One engine's releases in version order and, per kind and item, its runs as (first, last) release indexes.
+    Compared and hashed by identity: one object per loaded file, the key of the caches below."""
 
     engine: str
     package: str
@@ -261,6 +262,17 @@ def _releases(raw: Any, source: str) -> tuple[Release, ...]:
     if len({r.version for r in out}) != len(out):
         raise InputError(source, "releases", "lists a version twice")
     return ordered
+
+
+def cached_history(engine: str) -> History | None:
+    """``load_history`` without a stat per call, for the per-cell path (kb.settings): a history file does not
+    change while a run judges its cells; a changed GPUCOMPAT_MATRICES_DIR is another key."""
+    return _cached(engine, str(history_dir()))
+
+
+@lru_cache(maxsize=32)
+def _cached(engine: str, directory: str) -> History | None:
+    return load_history(engine, directory)
 
 
 def histories(engines: Sequence[str] | None = None) -> dict[str, History]:

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..engines import HARNESS_PARAMS
-from .history import History, load_history
+from .history import History, cached_history
 from .schema import Conditions, ParamCondition, Rule, Source
 
 _SAFE = str.maketrans({c: "-" for c in "_ ./:=+"})
@@ -28,7 +28,7 @@ def setting_rules(engine: str | None, version: str | None, params: Mapping[str, 
     """Rules for the settings in ``params`` that ``engine`` ``version`` lacks or refuses; () when nothing is known."""
     if engine is None or version is None or not params:
         return ()
-    history = load_history(engine)
+    history = cached_history(engine)
     if history is None:
         return ()
     index = history.index_of(version)
