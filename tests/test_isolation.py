@@ -133,8 +133,6 @@ def test_round_trip_and_fd_level_log(engine: IsolatedEngine) -> None:
     assert [g.token_ids for g in out] == [(5, 6), (8, 9)]
     assert out[0].logprobs == ({5: -1.0}, {6: -1.0})
     assert engine.embed([[1, 2, 3]]) == [[3.0, 0.0]]
-    sample = engine.memory_sample(None)
-    assert sample.pid == engine.pid and sample.host_rss_mib > 0
     text = engine.log_path.read_text()
     assert "fake engine starting" in text
     assert "C-level log line from the fake engine" in text
@@ -144,21 +142,6 @@ def test_round_trip_and_fd_level_log(engine: IsolatedEngine) -> None:
     assert _group_gone(pid)
     with pytest.raises(EngineFailed, match="not running"):
         engine.generate([[1]], 1, 1)
-
-
-def test_start_stop_cycles_in_one_child(engine: IsolatedEngine) -> None:
-    engine.start(spec())
-    pid = engine.pid
-    engine.stop_engine()
-    assert engine.memory_sample(None).pid == pid
-    with pytest.raises(EngineFailed, match="not started"):
-        engine.generate([[1]], 1, 1)
-    engine.start(spec())
-    assert engine.pid == pid
-    assert engine.generate([[2]], 1, 1)[0].token_ids == (2,)
-    with pytest.raises(EngineFailed, match="already started"):
-        engine.start(spec())
-    assert engine.log_path.read_text().count("fake engine shutting down") == 1
 
 
 def test_hang_in_start_is_killed_with_its_process_group(tmp_path: Path) -> None:

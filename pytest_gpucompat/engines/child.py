@@ -141,14 +141,10 @@ def child_main(conn: Any, engine_name: str, log_path: str, env: Mapping[str, str
                 result = _require(engine).generate(*payload)
             elif op == "embed":
                 result = _require(engine).embed(payload)
-            elif op == "memory":
-                from ..checks.memory import sample
-
-                result = sample(payload)
             elif op == "call":
                 fn, args, kwargs = payload
                 result = fn(*args, **kwargs)
-            elif op in ("shutdown", "stop"):
+            elif op == "shutdown":
                 if engine is not None:
                     engine.shutdown()
                     engine = None

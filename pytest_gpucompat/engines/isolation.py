@@ -129,7 +129,7 @@ class IsolatedEngine:
             _ATEXIT_REGISTERED = True
 
     def start(self, spec: EngineSpec) -> RunInfo:
-        """Spawn the child and start the engine in it; after stop_engine(), start again in the same child."""
+        """Spawn the child and start the engine in it."""
         if self._proc is None:
             env = dict(self._env)
             spec_env = spec.params.get("env") if isinstance(spec.params, Mapping) else None
@@ -155,16 +155,6 @@ class IsolatedEngine:
 
     def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
         return list(self._call("embed", [list(p) for p in prompts], self.call_timeout_s))
-
-    def memory_sample(self, device_index: int | None = None) -> Any:
-        """A memory.MemorySample taken inside the child (its torch allocator, its NVML share)."""
-        return self._call("memory", device_index, self.call_timeout_s)
-
-    def stop_engine(self) -> None:
-        """Shut the engine down but keep the child process, so start/stop cycles can be measured in one process
-        (memory_sample() between cycles): what an engine leaves behind after shutdown stays visible."""
-        self._call("stop", None, self.shutdown_timeout_s)
-        self.run_info = None
 
     def shutdown(self) -> None:
         """Ask the engine to shut down, then make sure the whole process group is gone."""
