@@ -17,8 +17,6 @@ from typing import Any
 
 from .engines.registry import GpuMemory, descriptor, normalize_dtype
 
-DEFAULT_BUDGET_FRACTION = 0.9
-"""Share of a GPU's memory the run's engines may reserve: the rest absorbs estimates that fall short."""
 MAX_AUTO_WORKERS_PER_GPU = 4
 CORES_PER_WORKER = 4
 """``--gpucompat-workers-per-gpu auto``: at most 4 workers a GPU, and 4 CPU cores each (engine starts are CPU-bound)."""

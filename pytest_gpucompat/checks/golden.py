@@ -21,9 +21,6 @@ from .compare import DriftMetrics, compare_generations, thresholds_for, verdict_
 
 PREFIX = "golden_"
 CELL_PREFIX = "golden_cell_"
-DRIFT_NAMES = ("max_abs_logprob_delta", "mean_abs_logprob_delta", "token_agreement", "logprobs_close",
-               "first_divergence")
-"""What is recorded under each prefix (checks.compare's figures, plus the earliest first divergence)."""
 
 
 @dataclass(frozen=True)

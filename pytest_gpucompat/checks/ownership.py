@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -321,6 +321,3 @@ def describe(processes: Sequence[GpuProcess]) -> str:
 def as_dicts(processes: Sequence[GpuProcess]) -> list[dict[str, Any]]:
     return [{"pid": p.pid, "mib": p.mib, "owner": p.owner, "command": p.command} for p in processes]
 
-
-def from_dicts(rows: Sequence[Mapping[str, Any]]) -> tuple[GpuProcess, ...]:
-    return tuple(GpuProcess(int(r["pid"]), float(r["mib"]), r["owner"], str(r["command"])) for r in rows)
