@@ -184,8 +184,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
     if args.args:
-        if args.quiet or args.severity:
-            raise InputError("--args", None, "--quiet and --severity apply to the machine check, not to --args")
         return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
     if args.json:  # the whole document, filtered by --severity; --quiet is for people, not for JSON readers
@@ -217,11 +215,14 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     checked = replace(checked, assumed=assumed)
     found = evaluate_machine(kb, target)
     if args.json:
-        print(json.dumps({"command": checked.to_dict(), **check.to_json(target, found)}, indent=2))
+        print(json.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity)}, indent=2))
+    elif args.quiet:  # the command line's verdict and the machine's, one line each
+        print(fit(format_command_check(checked).splitlines()[0]))
+        print(check.format_quiet([(target, found)]))
     else:
         print(fit(format_command_check(checked)))
         print()
-        print(check.format_findings(target, found))
+        print(check.format_findings(target, found, severity=args.severity))
     return 1 if checked.broken or check.exceeds(found, args.fail_on) else 0
 
 

@@ -145,13 +145,6 @@ def test_quiet_fleet_is_one_line_per_runner(capsys, kb, tmp_path):
     ]
 
 
-def test_quiet_and_severity_are_refused_with_args(capsys, kb, tmp_path):
-    path = tmp_path / "env.yaml"
-    path.write_text(V100)
-    assert main(["check", "--env", str(path), "--kb", str(kb), "--quiet", "--args", "vllm serve m"]) == 2
-    assert "--quiet and --severity" in capsys.readouterr().err
-
-
 # ------------------------------------------------------------------------------------------------ advice's condition
 
 

@@ -230,3 +230,12 @@ def test_check_args_prints_the_flags_then_the_known_problems(matrices, capsys):
     code = main(["check", "--args", "vllm serve m --enforce-eager", "--to", "vllm==0.5.0", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["command"]["target"] == "0.5.0" and doc["fingerprint"]["packages"]["vllm"] == "0.5.0"
+
+
+def test_check_args_takes_quiet_and_severity(matrices, capsys):
+    from pytest_gpucompat.cli import main
+
+    code = main(["check", "--args", "vllm serve m --swap-space 8", "--to", "vllm==0.5.0", "--quiet"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 1 and len(lines) == 2 and "this command line breaks" in lines[0] and "verdict" in lines[1]
+    assert main(["check", "--args", "vllm serve m", "--to", "vllm==0.5.0", "--severity", "broken"]) == 0
