@@ -1,5 +1,5 @@
 """Engine starts are said without splitting pytest's line of results: nothing for a quick start at default
-verbosity, one compact line once a start is slow, one full line per start at -v."""
+verbosity, a note on the line of results once a start is slow, one full line per start at -v."""
 
 from __future__ import annotations
 
@@ -39,6 +39,20 @@ def test_a_quick_start_says_nothing_and_the_results_stay_on_one_line(pytester: p
     assert "starting hf" not in out and "waiting for" not in out
     results = [line for line in result.outlines if line.startswith("test_starts.py ")]
     assert len(results) == 1 and re.match(r"test_starts\.py \.FF\. ", results[0]), results
+
+
+def test_a_slow_start_is_said_on_the_line_of_results(pytester: pytest.Pytester) -> None:
+    """A start slower than the threshold (here made 0 s) adds its note to the line of results, which stays one."""
+    requires("transformers")
+    pytester.makepyfile(test_starts=SUITE)
+    pytester.makeconftest("import pytest_gpucompat.announce as a\na.SLOW_START_S = 0.0\n")
+    result = pytester.runpytest("--gpucompat", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
+    results = [line for line in result.outlines if line.startswith("test_starts.py ")]
+    assert len(results) == 1, result.outlines
+    note = r" \[waiting for hf start: \d+ s[^\]]*\]"
+    assert re.match(rf"test_starts\.py \.{note}F{note}F\.", results[0]), results
+    assert "gpucompat: waiting" not in result.stdout.str()
 
 
 def test_verbose_says_one_full_line_per_start(pytester: pytest.Pytester) -> None:
@@ -92,3 +106,18 @@ def test_a_failed_write_does_not_stop_the_start() -> None:
     announce = Announcer(broken, verbose=False, slow_start_s=0.01, repeat_s=0.01)
     with announce.engine_start("vllm", "starting"):
         time.sleep(0.1)
+
+
+def test_a_slow_start_is_said_on_the_progress_line_itself() -> None:
+    """With a progress line to write on (the main process's terminal) the waiting note goes on it, no newline:
+    `... [waiting for vllm start: 0 s 0 s]` and the next result follows on the same line."""
+    lines: list[str] = []
+    inline: list[str] = []
+    announce = Announcer(lines.append, verbose=False, slow_start_s=0.1, repeat_s=0.15, inline=inline.append)
+    with announce.engine_start("vllm", "starting vllm on m"):
+        time.sleep(0.45)
+    assert lines == [] and "\n" not in "".join(inline)
+    assert re.fullmatch(r" \[waiting for vllm start: \d+ s( \d+ s)+\]", "".join(inline)), inline
+    with announce.engine_start("hf", "starting hf"):
+        pass
+    assert inline[-1] == "]" and len(inline) >= 3  # a quick start adds nothing
