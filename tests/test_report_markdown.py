@@ -159,3 +159,12 @@ def test_what_if_banner_and_env_cannot_break_out() -> None:
     assert "- **r**: environment ```VLLM_X=``| <b>```" in md  # in a code span: text, not HTML
     rows = matrix_lines(md)
     assert rows[0].endswith("| passed *(ran)* |") and rows[1].endswith("| skipped |")  # a skip did not run
+
+
+def test_engine_versions_are_the_tracked_engines_only() -> None:
+    """What ran and what the fingerprint tracks: a hand-written fingerprint listing requests (the `openai` engine's
+    distribution) does not make requests an engine version."""
+    from pytest_gpucompat.report.text import engine_versions
+
+    fp = {"packages": {"requests": "2.32.0", "vllm": "0.26.0", "transformers": "5.17.0", "torch": "2.11.0"}}
+    assert engine_versions(fp) == [("transformers", "5.17.0"), ("vllm", "0.26.0"), ("torch", "2.11.0")]

@@ -270,7 +270,8 @@ def target_fingerprint(fp: Fingerprint, check: CommandCheck) -> tuple[Fingerprin
     t = history.index_of(check.target)
     assert t is not None
     packages = dict(fp.packages)
-    name = descriptor(check.engine).distribution if descriptor(check.engine) else check.engine
+    found = descriptor(check.engine)
+    name = found.distribution if found is not None else check.engine
     assumed = []
     if packages.get(check.engine) != check.target:
         assumed.append(f"{check.engine} {check.target}")

@@ -61,13 +61,16 @@ def stack_summary(fingerprint: Mapping[str, Any]) -> str:
 
 
 def engine_versions(fingerprint: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Installed engine and torch versions: every registered engine's fingerprint key (asked live) in registration
-    order, then torch."""
+    """Installed engine and torch versions: every registered engine's key that the fingerprint tracks (asked live;
+    `openai`'s distribution, requests, is no engine version and is not tracked), in registration order, then torch."""
     from ..engines.registry import descriptors
+    from ..stack import tracked_distributions
 
     packages = fingerprint.get("packages") or {}
-    names = dict.fromkeys([key for d in descriptors() for key in (d.name, *d.packages, d.distribution)] + ["torch"])
-    return [(name, str(packages[name])) for name in names if packages.get(name) and name != "requests"]
+    tracked = tracked_distributions()
+    names = dict.fromkeys([key for d in descriptors() for key in (d.name, d.distribution) if key in tracked]
+                          + ["torch"])
+    return [(name, str(packages[name])) for name in names if packages.get(name)]
 
 
 def incomplete_installs(runners: Mapping[str, Mapping[str, Any]], max_missing: int = 8) -> list[str]:
