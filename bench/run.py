@@ -603,7 +603,6 @@ def bench_suites(timeout: int, extra_args: Sequence[str] = (), without_gpu: bool
 
 PACKING_SUITES = ("suites/test_smoke.py", "suites/test_precision.py", "suites/test_memory.py")
 PACKING_SELECT = "(hf or vllm) and not openai"
-EXCLUSIVE_SUITE = "suites/test_memory.py"  # declares exclusive=True: its cells run alone either way
 
 
 COMPILE_CACHES = ("XDG_CACHE_HOME", "TRITON_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
@@ -626,14 +625,6 @@ def fresh_caches(root: Path) -> dict[str, str]:
     return env
 
 
-MEMORY_SHARES = """
-def pytest_gpucompat_cell_exclusive(config, item):
-    return False if item.nodeid.startswith("suites/test_memory.py") else None
-"""
-"""A plugin for the packed run with ``--packing-memory-shared``: the memory suite shares the GPU (its engine lives
-hold the GPU's start gate and their memory, other workers' engines keep generating beside them)."""
-
-
 def _run_suites(argv: Sequence[str], report_path: Path, timeout: int,
                 env: dict[str, str] | None = None) -> dict[str, Any]:
     """One whole pytest process: its wall time and its report (None with the reason when it wrote none)."""
@@ -652,7 +643,7 @@ def _run_suites(argv: Sequence[str], report_path: Path, timeout: int,
 
 
 def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str, Any]:
-    """The comparison of two reports of the same cells: outcomes, engine time, the time of exclusive cells."""
+    """The comparison of two reports of the same cells: outcomes, engine time, the longest cell."""
     def cells(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {c["nodeid"]: c for c in report.get("cells", [])}
 
@@ -669,7 +660,7 @@ def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str,
             counts[cell.get("outcome") or "?"] = counts.get(cell.get("outcome") or "?", 0) + 1
         return counts
 
-    exclusive_s = sum(float(c.get("duration_s") or 0.0) for n, c in before.items() if n.startswith(EXCLUSIVE_SUITE))
+    longest = max(before.values(), key=lambda c: float(c.get("duration_s") or 0.0), default={})
     return {
         "cells": len(before),
         "same_cells": before.keys() == after.keys(),
@@ -680,17 +671,18 @@ def packing_summary(serial: dict[str, Any], packed: dict[str, Any]) -> dict[str,
         "outcomes": outcomes(before),
         "serial_engine_s": engine_s(before),
         "packed_engine_s": engine_s(after),
-        "serial_exclusive_s": exclusive_s,
+        "longest_cell": longest.get("nodeid"),
+        "longest_cell_s": float(longest.get("duration_s") or 0.0),
         "shared_cells": sum(1 for c in after.values() if (c.get("metrics") or {}).get("measured_under_sharing")),
     }
 
 
 def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu: str = "auto",
                   select: str = PACKING_SELECT, keep_reports: str | None = None,
-                  memory_shared: bool = False, warm_caches: bool = False) -> dict[str, Any]:
-    """The same cells serial, then packed onto shared GPUs (and, with ``memory_shared``, packed with the memory
-    suite sharing too), each as one pytest process (GPU only), each from empty compile caches unless
-    ``warm_caches`` (then every run uses the machine's, and the first warms them for the others)."""
+                  warm_caches: bool = False) -> dict[str, Any]:
+    """The same cells serial, then packed onto shared GPUs, each as one pytest process (GPU only), each from empty
+    compile caches unless ``warm_caches`` (then every run uses the machine's, and the first warms them for the
+    other). The longest cell bounds the packed run from below (``floor_ratio``): a test is never split."""
     ok, what = _gpu_present()
     if not ok:
         return {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None, "gpu_packing_speedup_reason": what}
@@ -700,18 +692,14 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
         resolve_models(["tiny-qwen2"])
     packed = ["-n", "auto", "--gpucompat-workers-per-gpu", workers_per_gpu]
     variants = [("serial", ["-p", "no:xdist"]), ("packed", packed)]
-    if memory_shared:
-        variants.append(("packed_memory_shared", [*packed, "-p", "gpucompat_bench_memory_shares"]))
     with tempfile.TemporaryDirectory(prefix="gpucompat-bench-packing-") as tmp:
-        (Path(tmp) / "gpucompat_bench_memory_shares.py").write_text(MEMORY_SHARES)
-        path = {"PYTHONPATH": os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)}
         runs: dict[str, dict[str, Any]] = {}
         for name, args in variants:
             report_path = Path(tmp) / f"{name}.json"
             argv = [sys.executable, "-m", "pytest", "--gpucompat", *PACKING_SUITES, "-k", select, "-p",
                     "no:cacheprovider", "-q", "--gpucompat-report", str(report_path), *args, *extra_args]
             caches = {} if warm_caches else fresh_caches(Path(tmp) / f"caches-{name}")
-            env = _child_env({**path, **caches})
+            env = _child_env(caches)
             runs[name] = {"argv": argv[1:], **_run_suites(argv, report_path, timeout, env)}
             if keep_reports and report_path.exists():
                 Path(keep_reports).mkdir(parents=True, exist_ok=True)
@@ -728,11 +716,7 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
     out["packing"].update(packing_summary(reports["serial"], reports["packed"]))
     out["gpu_packing_speedup"] = serial["wall_s"] / runs["packed"]["wall_s"]
     out["gpu_packing_wall_ratio"] = runs["packed"]["wall_s"] / serial["wall_s"]
-    out["packing"]["exclusive_floor_ratio"] = out["packing"]["serial_exclusive_s"] / serial["wall_s"]
-    shared = reports.get("packed_memory_shared")
-    if shared is not None:
-        out["gpu_packing_wall_ratio_memory_shared"] = runs["packed_memory_shared"]["wall_s"] / serial["wall_s"]
-        out["packing"]["memory_shared"] = packing_summary(reports["serial"], shared)
+    out["packing"]["floor_ratio"] = out["packing"]["longest_cell_s"] / serial["wall_s"]
     return out
 
 
@@ -862,17 +846,9 @@ def table(result: dict[str, Any]) -> str:
                          f"serial {serial['wall_s']:.1f} s / packed {packed['wall_s']:.1f} s, {packing['cells']} "
                          f"cells, {same}"))
             rows.append(("gpu_packing_wall_ratio", _fmt(ratio, "x"), _goal("gpu_packing_wall_ratio", ratio)))
-            if "gpu_packing_wall_ratio_memory_shared" in result:
-                alt = packing["memory_shared"]
-                alt_ratio = result["gpu_packing_wall_ratio_memory_shared"]
-                alt_same = ("same cells and outcomes" if alt["same_outcomes"]
-                            else f"DIFFERENT: {alt['changed_outcomes']}")
-                rows.append(("gpu_packing_wall_ratio_memory_shared", _fmt(alt_ratio, "x"),
-                             f"the memory suite sharing too; {alt_same}"))
             rows.append(("engine time serial / packed", f"{packing['serial_engine_s']:.1f} s",
-                         f"{packing['packed_engine_s']:.1f} s packed; exclusive cells "
-                         f"{packing['serial_exclusive_s']:.1f} s serial "
-                         f"(floor {packing['exclusive_floor_ratio']:.2f}x); "
+                         f"{packing['packed_engine_s']:.1f} s packed; longest cell "
+                         f"{packing['longest_cell_s']:.1f} s (floor {packing['floor_ratio']:.2f}x); "
                          f"{packing['shared_cells']} cells measured under sharing"))
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
@@ -916,8 +892,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--packing-select", default=PACKING_SELECT, metavar="EXPR",
                         help=f"the cells of both packing runs, as -k (default {PACKING_SELECT!r})")
     parser.add_argument("--packing-reports", metavar="DIR", help="keep both packing runs' reports in DIR")
-    parser.add_argument("--packing-memory-shared", action="store_true",
-                        help="a third packing run in which the memory suite shares the GPU too (not exclusive)")
     parser.add_argument("--packing-warm-caches", action="store_true",
                         help="let the packing runs use the machine's compile caches (the first run warms them for "
                              "the next); by default each starts from empty ones")
@@ -938,8 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
                                          args.suites_report)),
         ("packing", lambda: bench_packing(args.suites_timeout, shlex.split(args.packing_args), args.packing_workers,
-                                          args.packing_select, args.packing_reports, args.packing_memory_shared,
-                                          args.packing_warm_caches)),
+                                          args.packing_select, args.packing_reports, args.packing_warm_caches)),
     ]
     for name, step in steps:
         if name not in only:

@@ -61,6 +61,7 @@ class Announcer:
                         stream.flush()
 
         def inline(text: str) -> None:
+            assert reporter is not None  # inline is used only with a terminal reporter
             disabled = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
             with disabled:
                 reporter.write(text, flush=True)

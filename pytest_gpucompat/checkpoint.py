@@ -110,6 +110,48 @@ def parameter_count(model_dir: str | os.PathLike[str]) -> int | None:
     return total
 
 
+MIB = 1024 * 1024
+DTYPE_BYTES: Mapping[str, int] = {
+    "float32": 4, "float": 4, "fp32": 4, "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+    "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+"""Bytes of one weight in each spelling of a dtype that config.json or a cell may give."""
+
+
+def weights_mib(model: str | os.PathLike[str], dtype: Any = None) -> float | None:
+    """The memory a checkpoint's weights take in ``dtype`` (its own dtype when None or "auto"), from the weight
+    files' sizes and config.json: no import of torch, nothing loaded. None when it cannot be told (no local
+    directory, no weight files, an unknown dtype). The one measure of a checkpoint's size: the GPU a cell needs,
+    the reference a runner can afford and the knowledge base's `model_weights_mib` all come from it."""
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    try:
+        size: float = sum(f.stat().st_size for f in weight_files(path))
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not size:
+        return None
+    stored = config.get("torch_dtype") or config.get("dtype") if isinstance(config, dict) else None
+    wanted = None if dtype is None or str(dtype).lower() == "auto" else str(dtype).lower()
+    if wanted is not None and wanted != stored:
+        if not isinstance(stored, str) or stored not in DTYPE_BYTES or wanted not in DTYPE_BYTES:
+            return None
+        size = size * DTYPE_BYTES[wanted] / DTYPE_BYTES[stored]
+    return size / MIB
+
+
+def parameter_estimate(model_dir: str | os.PathLike[str]) -> tuple[int | None, str]:
+    """The parameters of a checkpoint and how they were counted: from its safetensors headers, else (.bin/.pt
+    weights) from its weight files' size in float32, 4 bytes a parameter; None when neither can tell."""
+    params = parameter_count(model_dir)
+    if params is not None:
+        return params, "safetensors headers"
+    mib = weights_mib(model_dir, "float32")
+    return (None if mib is None else int(mib * MIB / DTYPE_BYTES["float32"])), "weight file sizes"
+
+
 # --------------------------------------------------------------------------- the three digests
 
 
@@ -159,7 +201,8 @@ def computation_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config keys that change what the model computes but not its weights' shapes, normalized across the
     spellings of transformers versions (`rope_theta` or `rope_parameters`, an implicit `head_dim`, a sliding window
     that is off or wider than the model's context)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    nested = config.get("text_config")
+    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else config
     rope = dict(text.get("rope_parameters") or {}) if isinstance(text.get("rope_parameters"), Mapping) else {}
     theta = rope.pop("rope_theta", None)
     theta = text.get("rope_theta", theta)

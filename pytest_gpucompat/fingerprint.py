@@ -7,10 +7,11 @@ never an exception: a machine with no GPU still has a valid fingerprint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -118,21 +119,9 @@ def collect(name: str | None = None) -> Fingerprint:
     links: tuple[Link, ...] = ()
     driver = cuda_driver = None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    try:
-        import pynvml  # from nvidia-ml-py
-    except ImportError as exc:  # pragma: no cover - a core dependency
-        pynvml = None
-        reasons.append(f"NVML not available: {exc}")
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-            reasons.append(f"NVML not available: {_nvml_error(exc)}")
-        else:
-            try:
-                driver, cuda_driver, gpus, links = _collect_nvml(pynvml, visible, reasons)
-            finally:
-                _quiet(pynvml.nvmlShutdown)
+    with nvml(reasons) as pynvml:
+        if pynvml is not None:
+            driver, cuda_driver, gpus, links = _collect_nvml(pynvml, visible, reasons)
     packages, installs = installed_packages(), engine_installs(reasons)  # installs.py: declared requirements met
     cuda_runtime = cuda_runtime_version(packages)
     if cuda_runtime is None and "torch" in packages:
@@ -156,6 +145,43 @@ def collect(name: str | None = None) -> Fingerprint:
         env=engine_env(),
         reasons=tuple(reasons),
     )
+
+
+@contextlib.contextmanager
+def nvml(reasons: list[str] | None = None) -> Iterator[Any]:
+    """``pynvml`` initialised for the block and shut down after it (a failing shutdown ignored); None when NVML
+    cannot start here (no nvidia-ml-py, no driver), with why added to ``reasons``. Every NVML reader of the package
+    opens it this one way, so none leaves it initialised or fails on a machine without it."""
+    try:
+        import pynvml  # from nvidia-ml-py
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        if reasons is not None:
+            reasons.append(f"NVML not available: {exc}")
+        yield None
+        return
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        if reasons is not None:
+            reasons.append(f"NVML not available: {_nvml_error(exc)}")
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def nvml_handle(pynvml: Any, gpu: str) -> Any:
+    """NVML's handle of a GPU named as ``CUDA_VISIBLE_DEVICES`` names it: an index, or a UUID (str or bytes, as
+    the binding wants). NVML errors propagate: the caller knows what a GPU it cannot find means."""
+    if gpu.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(gpu)
+    except Exception:
+        return pynvml.nvmlDeviceGetHandleByUUID(gpu.encode())
 
 
 def _nvml_error(exc: Exception) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from .engines.registry import drives_server, reference_name
 from .fingerprint import Fingerprint
 from .matrix import Cell
 from .options import Settings
@@ -35,7 +36,8 @@ _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
 
 def _cell_state(request: pytest.FixtureRequest) -> CellState | None:
-    return request.node.stash.get(cell_key, None)
+    stash: pytest.Stash = request.node.stash
+    return stash.get(cell_key, None)
 
 
 @pytest.fixture
@@ -144,6 +146,7 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
+    from .boundaries import watch
     from .engines.pool import EnginePool
     from .sharing import attach_pool, share_for
 
@@ -152,6 +155,7 @@ def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     pool = EnginePool(settings(pytestconfig).log_dir, start_timeout_s=timeout, call_timeout_s=timeout,
                       progress=announcer(pytestconfig), admission=share)
     attach_pool(pytestconfig, pool)
+    watch(pytestconfig)  # from now on an exclusive test's setup stops the pool's idle engines (sharing.begin)
     try:
         yield pool
     finally:
@@ -170,9 +174,11 @@ class StartedEngine:
 def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
     params = {**cell.params, **overrides}
     endpoint = settings(config).endpoint
-    if cell.engine == "openai" and endpoint and "endpoint" not in params:
+    if drives_server(cell.engine) and endpoint and "endpoint" not in params:
         params["endpoint"] = endpoint
-    return EngineSpec(engine=cell.engine, model=str(model), params=params)
+    from .sharing import sized_for_sharing
+
+    return sized_for_sharing(config, EngineSpec(engine=cell.engine, model=str(model), params=params))
 
 
 def _add_engine_time(cs: CellState | None, seconds: float, part: str | None = None) -> None:
@@ -268,7 +274,7 @@ def start_engine(
         pytest.skip(f"{spec.engine} unavailable: {exc}")
     except EngineFailed as exc:
         _add_engine_time(cs, time.perf_counter() - t0, part)
-        failure = exc
+        failure: EngineFailed | None = exc
     else:
         failure = None
     if failure is not None:  # out of the except block: the cell's failure is this message alone, no chain
@@ -335,7 +341,7 @@ _reference_answers = pytest.StashKey[dict[Any, Any]]()
 def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Path, **params: Any) -> StartedEngine:
     """The float32 transformers reference (``params`` such as ``pooling="last"`` to match what an engine does);
     greedy and deterministic, so each distinct question is asked once per session."""
-    spec = EngineSpec(engine="hf", model=str(model), params={"dtype": "float32", **params})
+    spec = EngineSpec(engine=reference_name(), model=str(model), params={"dtype": "float32", **params})
     answers = request.config.stash.setdefault(_reference_answers, {})
     return start_engine(request, pool, spec, record=False, cache=answers.setdefault(spec.key(), {}))
 

@@ -140,9 +140,9 @@ class CellGolden:
                reference_kind: str | None = None) -> Path | None:
         """Write the cell's generations (and the reference's, when one ran) into the golden directory; the file's
         path, or None when not recording."""
-        if self.run is None or self.run.record_dir is None:
-            return None
         run = self.run
+        if run is None or run.record_dir is None:
+            return None
         cell = Recorded(engine=self.cell.engine, params=_plain(self.cell.params), dtype=info.dtype,
                         device=info.device, version=info.version, runner=run.runner, fingerprint=run.fingerprint,
                         generations=run.with_text(self.model, candidate), attention_backend=info.attention_backend,

@@ -89,17 +89,16 @@ def pytest_gpucompat_cell_exclusive(config: pytest.Config, item: pytest.Item) ->
     Called at the setup of each test in a pytest-xdist worker that shares its GPU (``--gpucompat-workers-per-gpu``),
     after skip marks were applied. An exclusive test waits until no other engine of the run is on its GPU (the
     worker's own idle engines are shut down) and keeps every other start out until its teardown. Return None for
-    the default: tests marked ``@pytest.mark.gpucompat(..., exclusive=True)`` (the memory suite: device-wide
-    figures) and tests that take ``gpucompat_isolated`` (whole engine lives in child processes) are exclusive;
-    the others share the GPU and record ``measured_under_sharing: 1`` when other engines were live beside them.
+    the default: tests marked ``@pytest.mark.gpucompat(..., exclusive=True)`` are exclusive; the others (the memory
+    suite too: its verdicts judge the engine's own processes, and name other tenants without blaming them) share
+    the GPU and record ``measured_under_sharing: 1`` when other engines were live beside them.
 
-    Example: measure throughput on a GPU of its own, let the memory suite share (its verdicts name, and never blame,
-    other processes; its device-wide figures then move)::
+    Example: measure throughput on a GPU of its own, keep the memory suite's device-wide figures clean::
 
         def pytest_gpucompat_cell_exclusive(config, item):
             if item.originalname == "test_generates_requested_tokens":
                 return True
             if item.module.__name__.endswith("test_memory"):
-                return False
+                return True
             return None
     """

@@ -18,7 +18,7 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import date
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from .errors import InputError
 
@@ -205,6 +205,7 @@ def _loaders() -> tuple[Any, Any]:
     import yaml
     from yaml.composer import ComposerError
     from yaml.constructor import SafeConstructor
+    from yaml.error import Mark
 
     def construct_int(self: Any, node: Any) -> Any:
         if sum(c.isdigit() for c in str(node.value)) > MAX_DIGITS:
@@ -219,7 +220,9 @@ def _loaders() -> tuple[Any, Any]:
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent):
-                raise ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed", event.start_mark)
+                # a pure-Python loader's marks are yaml.error.Mark (the stubs allow libyaml's too)
+                mark = cast("Mark | None", event.start_mark)
+                raise ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed", mark)
             if self._depth >= MAX_DEPTH:
                 raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
             self._depth += 1
@@ -254,7 +257,7 @@ def _loaders() -> tuple[Any, Any]:
     fast = None
     if getattr(yaml, "CSafeLoader", None) is not None:
 
-        class FastLoader(yaml.CSafeLoader):  # type: ignore[name-defined,misc]
+        class FastLoader(yaml.CSafeLoader):
             pass
 
         FastLoader.construct_mapping = construct_mapping  # type: ignore[method-assign]

@@ -90,7 +90,7 @@ def engine_installs(reasons: list[str] | None = None) -> dict[str, EngineInstall
         if lines is None:
             applying[engine] = None
             continue
-        kept: list[Requirement] | None = []
+        kept: list[Requirement] = []
         for line in lines:
             try:
                 req = Requirement(line)
@@ -98,9 +98,10 @@ def engine_installs(reasons: list[str] | None = None) -> dict[str, EngineInstall
                     kept.append(req)
             except (InvalidRequirement, ValueError, LookupError, TypeError) as exc:
                 reasons.append(f"{engine} {version}: requirement {line!r} cannot be judged: {exc}")
-                kept = None
+                applying[engine] = None
                 break
-        applying[engine] = kept
+        else:
+            applying[engine] = kept
     have = find(dict.fromkeys(normalize(r.name) for reqs in applying.values() for r in reqs or ()))
     out: dict[str, EngineInstall] = {}
     descriptor_of = {d.name: d for d in engines}

@@ -208,7 +208,7 @@ class Ledger:
                                          f"(--gpucompat-gpu-wait): {reason}")
                 cycle = self._stalled_on(entry_id, budgets())
                 stalled_since = (stalled_since or now) if cycle else None
-                if cycle and now - stalled_since >= STALL_S:
+                if cycle and stalled_since is not None and now - stalled_since >= STALL_S:
                     raise GpuWaitTimeout(f"no room on the GPU for {what}: every worker holding room there waits "
                                          f"too ({describe(cycle)}), so none would give it back; this one gives up "
                                          f"after {STALL_S:g} s: {reason}")
@@ -219,8 +219,12 @@ class Ledger:
 
 
 class StartGate:
-    """One engine start or shutdown at a time on each GPU of a worker, across the run's workers (flock; reentrant
-    within a process). A wait longer than ``timeout_s`` raises GpuWaitTimeout naming who holds the gate."""
+    """Engine starts and shutdowns on each GPU of a worker, across the run's workers (flock; reentrant within a
+    process), as a readers-writer lock. A start that sizes its cache from what it measures on the GPU (vLLM's memory
+    profiling, SGLang's and TensorRT-LLM's fractions of free memory) needs the GPU quiet: it holds the gate alone
+    (``quiet=True``), since anything another worker allocates or frees meanwhile would be counted as its own. Every
+    other start or shutdown (an engine given its cache size, transformers loading weights) only keeps such a start
+    out, so they overlap one another. A wait longer than ``timeout_s`` raises GpuWaitTimeout naming who holds it."""
 
     def __init__(self, directory: str | os.PathLike[str], gpus: Sequence[str], timeout_s: float, *,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -236,7 +240,10 @@ class StartGate:
         return self.directory / f"gate-{safe}.lock"
 
     @contextlib.contextmanager
-    def held(self, what: str) -> Iterator[None]:
+    def held(self, what: str, quiet: bool = True) -> Iterator[None]:
+        """Hold the gate for ``what``: alone when ``quiet`` (no other start or shutdown on these GPUs meanwhile),
+        else beside other holders that are not quiet. Nested, the outer hold decides (never upgraded: two holders
+        upgrading at once would wait on each other)."""
         if self._depth:
             self._depth += 1
             try:
@@ -246,7 +253,7 @@ class StartGate:
             return
         try:
             for gpu in self.gpus:
-                self._fds.append(self._acquire(gpu, what))
+                self._fds.append(self._acquire(gpu, what, quiet))
             self._depth = 1
             yield
         finally:
@@ -254,12 +261,13 @@ class StartGate:
             while self._fds:
                 os.close(self._fds.pop())
 
-    def _acquire(self, gpu: str, what: str) -> int:
+    def _acquire(self, gpu: str, what: str, quiet: bool) -> int:
         fd = os.open(self._path(gpu), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
         deadline = self.clock() + self.timeout_s
+        mode = fcntl.LOCK_EX if quiet else fcntl.LOCK_SH
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
                 if self.clock() >= deadline:
                     holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another worker"
@@ -271,6 +279,7 @@ class StartGate:
             except BaseException:
                 os.close(fd)
                 raise
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} ({what})".encode(), 0)
+            if quiet:  # the one holder: its name for whoever waits (shared holders would overwrite each other)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} ({what})".encode(), 0)
             return fd

@@ -412,35 +412,6 @@ def model_vocab_size(model_dir: Path) -> int:
     raise ValueError(f"{model_dir}: config.json has no vocab_size")
 
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-_DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-                "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
-
-def weights_mib(model: str | os.PathLike[str], dtype: Any = None) -> float | None:
-    """The memory a checkpoint's weights take in ``dtype`` (its own dtype when None or "auto"), from the weight
-    files' sizes and config.json: no import of torch, nothing loaded. None when it cannot be told (no local
-    directory, no weight files, an unknown dtype)."""
-    path = Path(model)
-    if not path.is_dir():
-        return None
-    try:
-        size = sum(f.stat().st_size for f in path.iterdir()
-                   if f.suffix in _WEIGHT_SUFFIXES and f.is_file() and not f.name.startswith(("optimizer", "training")))
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not size:
-        return None
-    stored = config.get("torch_dtype") or config.get("dtype") if isinstance(config, dict) else None
-    wanted = None if dtype is None or str(dtype).lower() == "auto" else str(dtype).lower()
-    if wanted is not None and wanted != stored:
-        if stored not in _DTYPE_BYTES or wanted not in _DTYPE_BYTES:
-            return None
-        size = size * _DTYPE_BYTES[wanted] / _DTYPE_BYTES[stored]
-    return size / (1024 * 1024)
-
-
 def resolve_models(paths: Sequence[str], cache_dir: Path | None = None) -> list[Path]:
     """Validate `--gpucompat-model` values: local checkpoint directories, `tiny-<arch>` to build a tiny model, or
     `<arch>-<size>` (`qwen2-300m`) to build a sized one."""

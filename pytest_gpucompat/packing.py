@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engines.registry import GpuMemory, descriptor, normalize_dtype
+from .engines.registry import GpuMemory, default_dtype, descriptor, normalize_dtype
 
 MAX_AUTO_WORKERS_PER_GPU = 4
 CORES_PER_WORKER = 4
@@ -65,38 +65,41 @@ def engine_need(engine: str, params: Mapping[str, Any], total_mib: float, weight
     if str(params.get("device", "")).lower().startswith("cpu"):
         return Need(0.0, f"{found.name} runs on the CPU")
     memory = found.gpu_memory
-    if memory is None and found.server is None and found.name == "openai":
-        return _server_need(params, total_mib, weights_mib)
+    if memory is None and found.default_server is not None:
+        return _server_need(found.name, found.default_server, params, total_mib, weights_mib)
     if memory is None:
         return Need(None, f"{found.name}: its GPU memory is unknown")
     return fraction_need(found.name, memory, params, total_mib, weights_mib)
 
 
-def _server_need(params: Mapping[str, Any], total_mib: float, weights_mib: float | None) -> Need:
+def _server_need(client: str, default: str, params: Mapping[str, Any], total_mib: float,
+                 weights_mib: float | None) -> Need:
+    """The need of the server that engine ``client`` drives: the cell's ``server``, else ``default``."""
     if params.get("endpoint"):
-        return Need(0.0, "openai: a server running elsewhere")
+        return Need(0.0, f"{client}: a server running elsewhere")
     if params.get("server_command"):
-        return Need(None, "openai: a server command of its own, its GPU memory is unknown")
-    name = str(params.get("server", "vllm"))
+        return Need(None, f"{client}: a server command of its own, its GPU memory is unknown")
+    name = str(params.get("server", default))
     try:
         server = descriptor(name)
     except ValueError:
-        return Need(None, f"openai: unknown server {name!r}")
+        return Need(None, f"{client}: unknown server {name!r}")
     if server is None or server.server is None or server.gpu_memory is None:
-        return Need(None, f"openai: the GPU memory of server {name!r} is unknown")
+        return Need(None, f"{client}: the GPU memory of server {name!r} is unknown")
     settings = {**{k: d.value for k, d in server.server.defaults.items()}, **params}
     need = fraction_need(server.name, server.gpu_memory, settings, total_mib, weights_mib)
-    return Need(need.mib, f"openai server {need.why}")
+    return Need(need.mib, f"{client} server {need.why}")
 
 
 def fraction_need(name: str, memory: GpuMemory, params: Mapping[str, Any], total_mib: float,
                   weights_mib: float | None) -> Need:
     """``memory`` applied to ``params``: the fraction the cell sets (or the default) of the total, the weights."""
     key = next((k for k in memory.params if params.get(k) is not None), None)
+    value = params[key] if key is not None else memory.default
     try:
-        fraction = float(params[key]) if key is not None else memory.default
+        fraction = float(value)
     except (TypeError, ValueError):
-        return Need(None, f"{name}: {key}={params.get(key)!r} is not a number")
+        return Need(None, f"{name}: {key}={value!r} is not a number")
     setting = f"{key or 'default fraction'} {fraction:g}"
     if not memory.weights:
         mib = fraction * total_mib + memory.overhead_mib
@@ -110,12 +113,29 @@ def fraction_need(name: str, memory: GpuMemory, params: Mapping[str, Any], total
     return Need(mib, f"{name}: weights {weights_mib:.0f} MiB + {memory.overhead_mib:.0f} MiB")
 
 
+def cache_mib(memory: GpuMemory, params: Mapping[str, Any], total_mib: float,
+              weights_mib: float | None) -> float | None:
+    """The cache size a shared GPU gives an engine that takes one (``GpuMemory.cache_bytes``): half of what its
+    memory fraction (the cell's, else the default) leaves after the weights. The other half is for what the engine
+    would otherwise measure by profiling (activations, CUDA graphs, the compile workspace), so it stays inside the
+    memory the ledger reserved for it. None: no size can be told (weights unknown, nothing left)."""
+    key = next((k for k in memory.params if params.get(k) is not None), None)
+    try:
+        fraction = float(params[key] if key is not None else memory.default)
+    except (TypeError, ValueError):
+        return None
+    if weights_mib is None or memory.weights:
+        return None
+    left = fraction * total_mib - weights_mib
+    return left / 2 if left > 0 else None
+
+
 def load_dtype(engine: str, params: Mapping[str, Any]) -> str | None:
     """The dtype an engine loads the weights in, for their size: the cell's ``dtype`` (fp8 is loaded as bfloat16
-    first), float32 for transformers without one (its default), else the checkpoint's own (None)."""
+    first), without one the engine's ``default_dtype`` (transformers: float32), else the checkpoint's own (None)."""
     dtype = params.get("dtype")
     if dtype is None:
-        return "float32" if engine in ("hf", "transformers", "huggingface") else None
+        return default_dtype(engine)
     name = normalize_dtype(dtype)
     return "bfloat16" if name == "fp8" else name
 

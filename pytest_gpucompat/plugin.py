@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import interrupt, options, sharing, xdist_support
+from . import boundaries, interrupt, options, sharing, xdist_support
 from .engines.base import EngineFailed
 from .errors import InputError
 from .kb import WEIGHTS_PARAM
@@ -56,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     interrupt.install(config)  # SIGTERM as Ctrl-C: a report, engines stopped
     sharing.setup_worker(config, xdist_support.pin_worker_gpu(config))  # workers sharing a GPU: its ledger
+    if sharing.share_for(config) is not None:
+        boundaries.watch(config)  # each test's setup and teardown take part in the sharing
     config.stash[run_key] = build_run_state(config)
     if not hasattr(config, "workerinput"):
         from .report.collector import ReportCollector
@@ -96,7 +98,7 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if not _enabled(config):
         return None
-    return xdist_support.make_scheduler(config, log, lambda: sharing.exclusive_ids(config))
+    return xdist_support.make_scheduler(config, log, lambda: sharing.unit_kinds(config))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -128,7 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         cell = callspec.params.get("gpucompat_cell") if callspec else None
-        if cell is None:
+        if callspec is None or cell is None:
             continue
         cs = state.evaluate(config, cell, measured=_model_facts(callspec.params.get("gpucompat_model"), cell, weights))
         item.stash[cell_key] = cs
@@ -138,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=cs.decision.reason))
         elif cs.decision is not None and cs.decision.action == "xfail":
             item.add_marker(pytest.mark.xfail(reason=cs.decision.reason, strict=cs.decision.strict))
-    sharing.note_exclusive(config, items)  # a worker sharing its GPU: which tests the scheduler deals out last
+    sharing.note_units(config, items)  # a worker sharing its GPU: the tests the scheduler deals out on their own
 
 
 def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], dict[str, Any]]) -> dict[str, Any] | None:
@@ -150,7 +152,8 @@ def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], dict[str, A
         return None
     key = (model, cell.params.get("dtype"))
     if key not in cache:
-        from .models import planned_shape, weights_mib
+        from .checkpoint import weights_mib
+        from .models import planned_shape
 
         facts: dict[str, Any] = dict(planned_shape(model))
         if os.path.isdir(model):
@@ -175,20 +178,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(format_fleet_preview(state, session.config, session.items))
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    sharing.begin(item.config, item)  # after skip marks, before fixtures: an exclusive test waits here
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
-    try:
-        return (yield)
-    finally:
-        share = sharing.share_for(item.config)
-        if share is not None:
-            share.end(item)
 
 
 @pytest.hookimpl(wrapper=True)

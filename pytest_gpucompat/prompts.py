@@ -145,7 +145,7 @@ def load_prompts_file(path: str | os.PathLike[str]) -> tuple[PromptText, ...]:
     """A JSON-lines prompts file: one ``{"text": ...}`` or ``{"messages": [...]}`` per line (blank lines skipped);
     InputError naming the file, the line and the field."""
     source = os.fspath(path)
-    entries = []
+    entries: list[PromptText] = []
     for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue

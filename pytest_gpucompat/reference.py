@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-MIB = 1024 * 1024
+from .checkpoint import DTYPE_BYTES, MIB
+
 HEADROOM = 0.9
 """Use at most this share of what is free: allocators fragment, and other processes move."""
 GPU_OVERHEAD_MIB = 1024.0
@@ -27,7 +28,8 @@ HOST_OVERHEAD_MIB = 1024.0
 """torch and transformers themselves, and the copies a load makes."""
 ACTIVATION_MARGIN = 1.25
 KINDS = ("float32-gpu", "float32-cpu", "bfloat16-gpu", "bfloat16-cpu", "golden-only")
-_BYTES = {"float32": 4, "bfloat16": 2}
+_DTYPES = ("float32", "bfloat16")
+"""The dtypes a reference may run in, most precise first."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ def estimate_need(params: int | None, config: Mapping[str, Any], prompt_lengths:
     """Weights (``params`` x bytes per dtype) and activations of a greedy run over the prompts, all in one batch
     (the worst case): the KV cache of prompt + generated tokens, the prefill's logits over every position, its MLP
     and attention transients; times ACTIVATION_MARGIN. Pure."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    nested = config.get("text_config")
+    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else config
 
     def num(key: str, default: int = 0) -> int:
         value = text.get(key)
@@ -112,13 +115,14 @@ def estimate_need(params: int | None, config: Mapping[str, Any], prompt_lengths:
     batch, prompt = len(prompt_lengths), max(prompt_lengths, default=0)
     total = prompt + max_tokens
     activations: dict[str, float] = {}
-    for dtype, size in _BYTES.items():
+    for dtype in _DTYPES:
+        size = DTYPE_BYTES[dtype]
         kv = 2 * layers * batch * total * kv_heads * head_dim * size
         logits = batch * prompt * vocab * size + 3 * batch * vocab * 4
         mlp = batch * prompt * (3 * inter + 4 * hidden) * size
         scores = batch * heads * prompt * total * size
         activations[dtype] = (kv + logits + mlp + scores) * ACTIVATION_MARGIN / MIB
-    weights = None if params is None else {d: params * s / MIB for d, s in _BYTES.items()}
+    weights = None if params is None else {d: params * DTYPE_BYTES[d] / MIB for d in _DTYPES}
     counted = "unknown parameters" if params is None else f"{params:,} parameters ({weights_basis})"
     basis = f"{counted}, {batch} prompts of at most {prompt} tokens + {max_tokens} generated"
     return Need(weights_mib=weights, activations_mib=activations, basis=basis)
@@ -141,7 +145,7 @@ def choose_reference(need: Need, free_gpu: float | None, free_host: float | None
     host_text = "unknown host memory" if free_host is None else f"{_gib(free_host)} host memory available"
     gpu_text = "no GPU" if free_gpu is None else f"{_gib(free_gpu)} free on the GPU"
     tried: list[str] = []
-    for dtype in ("float32", "bfloat16"):
+    for dtype in _DTYPES:
         on_gpu = need.on_gpu(dtype)
         on_cpu = need.on_cpu(dtype)
         assert on_gpu is not None and on_cpu is not None
@@ -205,47 +209,31 @@ def free_gpu_mib() -> float | None:
 
 
 def _nvml_free_mib() -> float | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
+    from .fingerprint import nvml, nvml_handle
+
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     first = visible[0] if visible else "0"
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        if first.isdigit():
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
-        elif first.startswith("GPU-"):
-            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
-        else:  # a MIG instance: NVML's whole-GPU figure would be wrong, torch knows
+    if not (first.isdigit() or first.startswith("GPU-")):
+        return None  # a MIG instance: NVML's whole-GPU figure would be wrong, torch knows
+    with nvml() as pynvml:
+        if pynvml is None:
             return None
-        return float(pynvml.nvmlDeviceGetMemoryInfo(handle).free) / MIB
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        try:
+            return float(pynvml.nvmlDeviceGetMemoryInfo(nvml_handle(pynvml, first)).free) / MIB
+        except Exception:
+            return None
 
 
 def reference_need(model_dir: str | os.PathLike[str], prompt_lengths: Sequence[int], max_tokens: int) -> Need:
     """The need of a checkpoint's reference for these prompts, from its files (nothing loaded)."""
-    from .checkpoint import parameter_count, read_config
-    from .models import weights_mib
+    from .checkpoint import parameter_estimate, read_config
 
     path = Path(model_dir)
     try:
         config = read_config(path)
     except ValueError:
         config = {}
-    params = parameter_count(path)
-    basis = "safetensors headers"
-    if params is None:  # .bin/.pt weights: their size in float32 bytes, 4 per parameter
-        mib = weights_mib(path, "float32")
-        params = None if mib is None else int(mib * MIB / 4)
-        basis = "weight file sizes"
+    params, basis = parameter_estimate(path)
     return estimate_need(params, config, prompt_lengths, max_tokens, basis)
 
 

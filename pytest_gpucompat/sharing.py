@@ -11,6 +11,7 @@ nothing about a run changes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
@@ -31,6 +32,7 @@ from .packing import (
     Request,
     blocker,
     budget_mib,
+    cache_mib,
     engine_need,
     first_waiter,
     load_dtype,
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
     from .engines.base import EngineSpec
     from .engines.pool import EnginePool
 
-__all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "exclusive_ids", "note_exclusive",
-           "share_for", "setup_worker"]
+__all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "note_units", "setup_worker",
+           "share_for", "sized_for_sharing", "unit_kinds"]
 
 SHARE_DIR = "gpucompat_share_dir"  # workerinput key: the ledger's directory
 SHARE_TOKEN = "gpucompat_share_token"  # workerinput key: the run's secret owner token
@@ -100,7 +102,7 @@ def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str],
         say(f"not sharing the GPU: {problem}; its cells run as if the GPU were theirs alone")
         return
     gpus = tuple(v.strip() for v in str(pinned).split(",") if v.strip())
-    known = {}
+    known: dict[str, float] = {}
     for gpu in fpmod.collect().gpus:
         for name in (gpu.uuid, str(gpu.index)):
             if name and gpu.memory_mib:
@@ -135,8 +137,10 @@ def _share_dir_problem(directory: str) -> str | None:
 def _stderr_line(worker: str) -> Callable[[str], None]:
     """One line on the worker's stderr, which the controller passes through (output capture or not)."""
     def say(text: str) -> None:
-        sys.__stderr__.write(f"[{worker}] gpucompat: {text}\n")
-        sys.__stderr__.flush()
+        stream = sys.__stderr__
+        if stream is not None:  # None only without a console (pythonw)
+            stream.write(f"[{worker}] gpucompat: {text}\n")
+            stream.flush()
 
     return say
 
@@ -173,7 +177,7 @@ class GpuShare:
             why = f"{spec.engine}: {mib:.0f} MiB (pytest_gpucompat_gpu_need)"
             return Need(None if mib == float("inf") else mib, why)
         params = spec.params if isinstance(spec.params, Mapping) else {}
-        from .models import weights_mib
+        from .checkpoint import weights_mib
 
         weights = weights_mib(spec.model, load_dtype(spec.engine, params))
         return engine_need(spec.engine, params, total, weights)
@@ -211,8 +215,38 @@ class GpuShare:
         entry = self.ledger.reserve(self.gpus, need.mib, what, self.budgets, self.wait_s, make_room)
         return lambda: self.ledger.release(entry)
 
-    def quiet(self, what: str) -> AbstractContextManager[Any]:
-        return self.gate.held(what)
+    def quiet(self, what: str, alone: bool = True) -> AbstractContextManager[Any]:
+        return self.gate.held(what, quiet=alone)
+
+    def sized(self, spec: EngineSpec) -> EngineSpec:
+        """``spec`` with its cache size given, where its engine takes one (``GpuMemory.cache_bytes``, in a release
+        that has it) and the cell gives none: then its start measures nothing on the GPU, so it overlaps other
+        workers' starts instead of waiting for a quiet GPU. Recorded as a harness deviation of the cell
+        (``harness_set``), so a report says its cells ran so and why."""
+        from .checkpoint import weights_mib
+        from .engines.registry import descriptor
+
+        try:
+            found = descriptor(spec.engine)
+        except ValueError:
+            return spec
+        memory = found.gpu_memory if found is not None else None
+        params = dict(spec.params) if isinstance(spec.params, Mapping) else {}
+        if found is None or memory is None or memory.cache_bytes is None or params.get(memory.cache_bytes) is not None:
+            return spec
+        if not _release_has(found.distribution, memory.cache_bytes_since):
+            return spec
+        total = min(self.totals.values())
+        mib = cache_mib(memory, params, total, weights_mib(spec.model, load_dtype(spec.engine, params)))
+        if mib is None:
+            return spec
+        why = (f"the GPU is shared (--gpucompat-workers-per-gpu): {found.name} is given its cache size (half of what "
+               f"its memory fraction leaves after the weights), so its start measures nothing there and overlaps "
+               f"other workers' starts")
+        given = params.get("harness_set")
+        harness_set = {**(given if isinstance(given, Mapping) else {}), memory.cache_bytes: why}
+        return dataclasses.replace(spec, params={**params, memory.cache_bytes: int(mib * 2**20),
+                                                 "harness_set": harness_set})
 
     def _wait_note(self, what: str, need: Need) -> None:
         """One line when the request will wait, so a quiet worker is not taken for a hung one."""
@@ -227,14 +261,18 @@ class GpuShare:
     @contextlib.contextmanager
     def engine_lives(self, specs: Sequence[EngineSpec]) -> Iterator[None]:
         """Whole engine lives in a child process (``gpucompat_isolated``) of a test that shares the GPU: their
-        memory reserved, and the start gate held throughout, since their starts and stops cannot be told apart."""
+        memory reserved, and the start gate held throughout (alone when one of them measures the GPU at start), since
+        their starts and stops cannot be told apart from here."""
         entries = []
         try:
             for spec in specs:
                 need = self.need(spec)
                 entries.append(self.ledger.reserve(self.gpus, need.mib, f"{spec.engine} lives", self.budgets,
                                                    self.wait_s, self.make_room))
-            with self.gate.held("engine lives in a child process"):
+            from .engines.registry import quiet_start
+
+            alone = any(quiet_start(spec.engine, spec.params) for spec in specs)
+            with self.gate.held("engine lives in a child process", quiet=alone):
                 yield
         finally:
             for entry in entries:
@@ -285,6 +323,30 @@ class GpuShare:
         return shared_since(state.entries, state.released, self.gpus, self.ledger.holder, self._since)
 
 
+def _release_has(distribution: str, since: str | None) -> bool:
+    """Whether the installed release of ``distribution`` is ``since`` or later (no ``since``: any installed one)."""
+    from importlib import metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    if since is None:
+        return True
+    try:
+        return Version(installed) >= Version(since)
+    except InvalidVersion:
+        return False
+
+
+def sized_for_sharing(config: pytest.Config, spec: EngineSpec) -> EngineSpec:
+    """``spec`` as this worker starts it: with its cache size given when the GPU is shared (``GpuShare.sized``)."""
+    share = share_for(config)
+    return spec if share is None else share.sized(spec)
+
+
 def _probe(holder: str, gpus: Sequence[str], mib: float | None, ticket: int) -> Request:
     """A request as it would stand if it joined the queue now."""
     return Request(id="probe", holder=holder, gpus=tuple(gpus), mib=mib, what="probe", ticket=ticket)
@@ -299,63 +361,73 @@ def attach_pool(config: pytest.Config, pool: EnginePool) -> None:
 
 
 def begin(config: pytest.Config, item: pytest.Item) -> None:
-    """At a test's setup, before its fixtures: with workers sharing the GPU, ``GpuShare.begin``; alone, an
-    exclusive test still gets the GPU to itself: this run's idle engines are stopped first, as they would be
-    when sharing (they hold memory the test's engines need, and move the device-wide figures it reads)."""
+    """At a test's setup, before its fixtures: with workers sharing the GPU, ``GpuShare.begin``; alone, before an
+    exclusive test or one that runs whole engine lives in child processes, this run's idle engines are stopped
+    first (they hold memory that test's engines need, and move the device-wide figures it reads)."""
     share = share_for(config)
     if share is not None:
         share.begin(item)
         return
     pools = config.stash.get(_pools_key, None)
-    if pools and exclusive(config, item):  # no engine pool yet: nothing to stop, no hook call per test
+    if pools and unit_kind(config, item) is not None:  # no engine pool yet: nothing to stop, no hook per test
         for pool in pools:
             pool.idle_out()
 
 
-_EXCLUSIVE_FILE = "exclusive-{worker}.json"
+_UNITS_FILE = "units-{worker}.json"
+EXCLUSIVE, APART = "exclusive", "apart"
 
 
-def note_exclusive(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
-    """On a worker sharing its GPU, at collection: the exclusive tests' nodeids, for the controller's scheduler to
-    deal them out after every shared test (``xdist_support.make_scheduler``)."""
+def note_units(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """On a worker sharing its GPU, at collection: the tests the controller's scheduler deals out on their own
+    (``xdist_support.make_scheduler``), by nodeid: exclusive ones (after every other test) and those that run
+    whole engine lives in child processes (first: they are the longest, and share no engine with others)."""
     workerinput = getattr(config, "workerinput", None) or {}
     directory = workerinput.get(SHARE_DIR)
     if not directory:
         return
     import json
 
-    from .report.io import write_text_atomic
+    from .files import write_atomic
 
-    ids = sorted(item.nodeid for item in items if exclusive(config, item))
-    name = _EXCLUSIVE_FILE.format(worker=workerinput.get("workerid", os.getpid()))
-    with contextlib.suppress(OSError):  # unwritten, the scheduler deals the exclusive tests out as any other
-        write_text_atomic(os.path.join(directory, name), json.dumps(ids))
+    kinds = {item.nodeid: kind for item in items if (kind := unit_kind(config, item)) is not None}
+    name = _UNITS_FILE.format(worker=workerinput.get("workerid", os.getpid()))
+    with contextlib.suppress(OSError):  # unwritten, the scheduler deals these tests out as any other
+        write_atomic(os.path.join(directory, name), json.dumps(kinds, sort_keys=True))
 
 
-def exclusive_ids(config: pytest.Config) -> frozenset[str]:
-    """On the controller, once every worker has collected: the exclusive tests the workers noted (none when
-    the run does not share GPUs, or a note cannot be read: then the scheduler deals them out as any other)."""
+def unit_kinds(config: pytest.Config) -> dict[str, str]:
+    """On the controller, once every worker has collected: the tests the workers noted, by nodeid (none when the
+    run does not share GPUs, or a note cannot be read: then the scheduler deals them out as any other)."""
     import json
 
     directory = config.stash.get(_dir_key, None)
-    found: set[str] = set()
+    found: dict[str, str] = {}
     if directory is None:
-        return frozenset()
-    for path in sorted(Path(directory).glob(_EXCLUSIVE_FILE.format(worker="*"))):
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            found.update(str(i) for i in json.loads(path.read_text(encoding="utf-8")))
-    return frozenset(found)
+        return found
+    for path in sorted(Path(directory).glob(_UNITS_FILE.format(worker="*"))):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            found.update({str(k): str(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+                          if v in (EXCLUSIVE, APART)})
+    return found
+
+
+def unit_kind(config: pytest.Config, item: pytest.Item) -> str | None:
+    """``exclusive`` (the GPU to itself), ``apart`` (whole engine lives in child processes: ``gpucompat_isolated``)
+    or None (tests sharing the engines of their configuration)."""
+    if exclusive(config, item):
+        return EXCLUSIVE
+    return APART if "gpucompat_isolated" in getattr(item, "fixturenames", ()) else None
 
 
 def exclusive(config: pytest.Config, item: pytest.Item) -> bool:
     """The hook's answer (``pytest_gpucompat_cell_exclusive``), else the declaration: ``exclusive=True`` in the
-    test's gpucompat mark, or the ``gpucompat_isolated`` fixture (whole engine lives in child processes)."""
+    test's gpucompat mark. Memory tests are not exclusive: they judge their engine's own processes, and the
+    device-wide figures they read are cross-checks that name other tenants and never fail a cell."""
     answer = config.hook.pytest_gpucompat_cell_exclusive(config=config, item=item)
     if answer is not None:
         return bool(answer)
-    if any(mark.kwargs.get("exclusive") for mark in item.iter_markers("gpucompat")):
-        return True
-    return "gpucompat_isolated" in getattr(item, "fixturenames", ())
+    return any(mark.kwargs.get("exclusive") for mark in item.iter_markers("gpucompat"))
 
 
 def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float | None:
@@ -364,21 +436,11 @@ def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float 
     namespace), the run is taken to hold what it reserved. None without NVML or without this GPU."""
     from .checks.ownership import device_memory
 
-    found = device_memory(lambda nvml: _handle(nvml, gpu))
+    found = device_memory(lambda nvml: fpmod.nvml_handle(nvml, gpu))
     if found is None:
         return None
     used, held, listed = found
     return _foreign(used, held, listed, members, reserved_mib)
-
-
-def _handle(pynvml: Any, gpu: str) -> Any:
-    """NVML's handle of a GPU named by UUID (str or bytes, as the binding wants) or by index."""
-    if gpu.isdigit():
-        return pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
-    try:
-        return pynvml.nvmlDeviceGetHandleByUUID(gpu)
-    except Exception:
-        return pynvml.nvmlDeviceGetHandleByUUID(gpu.encode())
 
 
 def _foreign(used: float, held: Mapping[int, float], listed: bool, members: Sequence[int], reserved: float) -> float:

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .engines.registry import tracked_packages
+from .engines.registry import stack_packages, tracked_packages
 from .installed import find
 
-# Distributions whose versions matter for compatibility besides the engines' own; several names may stand for one.
+# Distributions whose versions matter for compatibility besides those the engines' descriptors declare (their
+# `packages` and `stack_packages`): what several engines share. Several names may stand for one.
 _OTHER_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
     "torch": ("torch",),
-    "transformers": ("transformers",),
     "flashinfer-python": ("flashinfer-python", "flashinfer"),
     "xformers": ("xformers",),
     "flash-attn": ("flash-attn",),
-    "sglang-kernel": ("sglang-kernel", "sgl-kernel"),  # SGLang's kernels, sgl-kernel before 0.3.x
     "triton": ("triton",),
     "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
     "cuda-runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"),
@@ -25,9 +23,9 @@ _OTHER_PACKAGES: Mapping[str, tuple[str, ...]] = {
 
 
 def tracked_distributions() -> dict[str, tuple[str, ...]]:
-    """Fingerprint key -> the distribution names that may carry it: the registered engines (asked live, so an engine
-    registered later is tracked too) and the packages beside them."""
-    return {**tracked_packages(), **_OTHER_PACKAGES}
+    """Fingerprint key -> the distribution names that may carry it: the registered engines and what each declares
+    beside itself (asked live, so an engine registered later is tracked too), and the packages they share."""
+    return {**tracked_packages(), **stack_packages(), **_OTHER_PACKAGES}
 
 # nvmlDeviceGetArchitecture values (nvml.h NVML_DEVICE_ARCH_*).
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -15,18 +13,22 @@ from .fingerprint import Fingerprint
 from .kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
 from .matrix import Cell
 from .options import Settings
+from .report import payload as cell_payload
+from .report.payload import plain as plain  # where the fixtures have always found it
+from .report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
 
 if TYPE_CHECKING:
     from .golden_run import GoldenRun
-
-NOT_COVERED = "not covered here"
 
 
 @dataclass(slots=True)
 class CellState:
     """What the plugin knows about one collected cell; filled at collection, read by fixtures and reports. (Slots:
     one per collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every
-    garbage collection walks.)"""
+    garbage collection walks.)
+
+    Live values only: what the report says of them, and under which keys, is the payload's (report/payload.py,
+    keyed by the fields of report/record.py's ``CellRecord``)."""
 
     cell: Cell
     findings: tuple[Finding, ...] = ()
@@ -34,8 +36,9 @@ class CellState:
     not_covered: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     series: dict[str, list[float | None]] = field(default_factory=dict)  # a figure per cycle/round, for charts
-    info: dict[str, Any] = field(default_factory=dict)
-    # what the cell was asked and compared with (prompts, reference, golden): keys of the cell in the report
+    info: dict[str, Any] = field(default_factory=dict)  # what the engine said of its start (engine_info)
+    # what the cell was asked and compared with (prompts, reference, golden, deviations): keys of the cell in the
+    # report, a record's field where one has the name
     notes: dict[str, Any] = field(default_factory=dict)
     log_tail: str | None = None
     engine_failed: bool = False
@@ -50,79 +53,20 @@ class CellState:
     _sent: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def payload_for(self, when: str, passed: bool, runner: str | None) -> str | None:
-        """The payload a phase's report carries, as JSON text, or None where it would tell the report writer
-        nothing new: a passed teardown that changed nothing since the call. A passed setup still carries it: the
-        cell must exist should the run be interrupted or its worker die in the call.
-
-        Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the
-        garbage collector never walks, where a dict of dicts and lists is a dozen walked by every full collection
-        (on 10,000 cells, full collections are the largest part of the plugin's cost). xdist sends it as it is."""
+        """The payload a phase's report carries, as JSON text (``payload.text``), or None where it would tell the
+        report writer nothing new: a passed teardown that changed nothing since the call. A passed setup still
+        carries it: the cell must exist should the run be interrupted or its worker die in the call."""
         fixed = self._fixed
         if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
-            fixed = self._fixed = (self.findings, self.flagged, json.dumps(self._fixed_part(), default=str)[1:-1])
-        if (self.log_tail is None and self.not_covered is None and self.engine_failed is False and self.metrics == {}
-                and self.series == {} and self.info == {} and self.notes == {}):
-            # nothing measured or noted (most phases of most cells): the text only depends on the runner and the GPU
-            key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
-            variable = _EMPTY_VARIABLE.get(key) or _EMPTY_VARIABLE.setdefault(
-                key, json.dumps(self._variable_part(runner), default=str)[1:])
-        else:
-            variable = json.dumps(self._variable_part(runner), default=str)[1:]
-        text = "{" + fixed[2] + "," + variable
+            fixed = self._fixed = (self.findings, self.flagged, cell_payload.fixed_text(self))
+        text = cell_payload.text(fixed[2], self, runner)
         if passed and when == "teardown" and text == self._sent:
             return None
         self._sent = text
         return text
 
-    def payload(self, runner: str | None) -> dict[str, Any]:
-        """What the report writer learns of the cell (``payload_for`` as a dict); every phase's payload carries all
-        findings so far, so the last one a report writer sees has them all."""
-        return {**self._fixed_part(), **self._variable_part(runner)}
 
-    def _fixed_part(self) -> dict[str, Any]:
-        return {
-            **plain(self.cell.to_dict()),
-            "rules": [f.id for f in self.findings],
-            "findings": [{"id": f.id, "severity": f.severity, "confidence": f.confidence,
-                          "summary": f.summary, "action": f.action, "failure": f.failure,
-                          "unconfirmed": f.unconfirmed} for f in (*self.findings, *self.flagged)],
-        }
-
-    def _variable_part(self, runner: str | None) -> dict[str, Any]:
-        return {
-            "metrics": self.metrics,
-            "series": self.series,
-            "info": self.info,
-            "notes": self.notes,
-            "log_tail": self.log_tail,
-            "not_covered": self.not_covered,
-            "engine_failed": self.engine_failed,
-            "runner": runner,
-            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        }
-
-
-_EMPTY_VARIABLE: dict[tuple[str | None, str | None], str] = {}
-"""``CellState._variable_part`` as JSON text of a cell with nothing measured or noted, per (runner,
-CUDA_VISIBLE_DEVICES): made once rather than per phase."""
-
-
-def plain(value: Any) -> Any:
-    """Only JSON types: pytest-xdist's channel refuses anything else (torch's TorchVersion, a Path, a dtype)."""
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain(v) for v in value]
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return str(value)
-
-
-cell_key = pytest.StashKey[CellState]()
+cell_key = cast("pytest.StashKey[CellState]", cell_payload.CELL_KEY)  # the collector's key, typed for the plugin
 
 
 @dataclass

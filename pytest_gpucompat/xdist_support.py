@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -68,19 +68,22 @@ def engine_scope(nodeid: str) -> str:
 
 EXCLUSIVE_SCOPE = "exclusive "
 """Prefix of an exclusive test's work unit: apart from the shared tests of its engine configuration."""
+APART_SCOPE = "apart "
+"""Prefix of the work unit of a test that runs whole engine lives in child processes: a unit of its own."""
 
 
-def make_scheduler(config: pytest.Config, log: Any,
-                   exclusive_ids: Callable[[], frozenset[str]] | None = None) -> Any:
+def make_scheduler(config: pytest.Config, log: Any, unit_kinds: Callable[[], Mapping[str, str]] | None = None) -> Any:
     """xdist's ``load`` scheduling by engine scope when workers share GPUs; None (xdist's own) otherwise.
 
-    The exclusive tests (``exclusive_ids``, read once every worker has collected) are units of their own, dealt out
-    after every shared unit: an exclusive test in the middle of a run makes every other worker give its engines back
-    and start them again afterwards, and stalls them meanwhile (on an H200, a packed run slower than the serial one).
+    ``unit_kinds`` (read once every worker has collected) names the tests dealt out on their own: ``apart`` ones
+    (whole engine lives in child processes: the memory tests) first, since they are the run's longest and use no
+    engine of their scope, so the shared scopes fill the other workers beside them; ``exclusive`` ones after every
+    other unit, since an exclusive test in the middle of a run makes every other worker give its engines back and
+    start them again afterwards, and stalls them meanwhile (on an H200, a packed run slower than the serial one).
     """
     if config.getvalue("dist") != "load" or not packing(config):
         return None
-    return engine_scope_scheduling()(config, log, exclusive_ids)
+    return engine_scope_scheduling()(config, log, unit_kinds)
 
 
 @functools.cache
@@ -88,24 +91,30 @@ def engine_scope_scheduling() -> type:
     from xdist.scheduler import LoadScopeScheduling
 
     class EngineScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """LoadScopeScheduling over engine scopes (a whole scope goes to one worker), exclusive tests last."""
+        """LoadScopeScheduling over engine scopes (a whole scope goes to one worker): tests apart first, exclusive
+        tests last."""
 
         def __init__(self, config: pytest.Config, log: Any = None,
-                     exclusive_ids: Callable[[], frozenset[str]] | None = None) -> None:
+                     unit_kinds: Callable[[], Mapping[str, str]] | None = None) -> None:
             super().__init__(config, log)
-            self._exclusive_ids = exclusive_ids
-            self._exclusive: frozenset[str] = frozenset()
+            self._unit_kinds = unit_kinds
+            self._kinds: Mapping[str, str] = {}
 
         def schedule(self) -> None:
-            if self.collection is None and self._exclusive_ids is not None:
-                self._exclusive = self._exclusive_ids()
+            if self.collection is None and self._unit_kinds is not None:
+                self._kinds = self._unit_kinds()
             super().schedule()
 
         def _split_scope(self, nodeid: str) -> str:
+            kind = self._kinds.get(nodeid)
+            if kind == "apart":
+                return APART_SCOPE + nodeid
             scope = engine_scope(nodeid)
-            return EXCLUSIVE_SCOPE + scope if nodeid in self._exclusive else scope
+            return EXCLUSIVE_SCOPE + scope if kind == "exclusive" else scope
 
         def _assign_work_unit(self, node: Any) -> None:
+            for scope in [s for s in self.workqueue if s.startswith(APART_SCOPE)][::-1]:
+                self.workqueue.move_to_end(scope, last=False)
             for scope in [s for s in self.workqueue if s.startswith(EXCLUSIVE_SCOPE)]:
                 self.workqueue.move_to_end(scope)
             super()._assign_work_unit(node)

@@ -5,7 +5,8 @@ Measured in child processes so each number belongs to one test: the torch alloca
 wherever they were re-parented), host RSS, and the processes left running; sampled after settling (gc +
 empty_cache, re-query) and judged on the trend over cycles, not on one sample (PyTorch's CudaMemoryLeakCheck
 method). Device-wide memory is a cross-check: other tenants of the GPU move it, so they are named, never blamed.
-On a machine without a GPU the cycles measure host memory and processes.
+So these tests share a GPU with other workers' cells (``--gpucompat-workers-per-gpu``); each is a scheduling unit
+of its own, dealt out first. On a machine without a GPU the cycles measure host memory and processes.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _samples(rows):
     return [MemorySample(**{k: v for k, v in row.items() if k in _FIELDS}) for row in rows]
 
 
-@pytest.mark.gpucompat(matrix="memory", exclusive=True)  # device-wide figures: the GPU to itself
+@pytest.mark.gpucompat(matrix="memory")
 def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpucompat_record, gpucompat_isolated,
                                            gpucompat_record_series, request):
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)
@@ -74,7 +75,7 @@ def test_create_destroy_cycles_do_not_leak(gpucompat_cell, gpucompat_model, gpuc
         f"; left running after the last cycle (now stopped): {running}" if running else "")
 
 
-@pytest.mark.gpucompat(matrix="memory", exclusive=True)  # device-wide figures: the GPU to itself
+@pytest.mark.gpucompat(matrix="memory")
 def test_finished_processes_leave_no_device_memory(gpucompat_cell, gpucompat_model, gpucompat_fingerprint,
                                                    gpucompat_record, gpucompat_isolated, request):
     """The seeds claim a "CUDA context leak": memory left on the GPU after processes exit (claim S55). Only what

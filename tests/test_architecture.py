@@ -140,3 +140,48 @@ def test_fixtures_are_a_plugin_of_their_own() -> None:
     assert plugins.get("gpucompat") == "pytest_gpucompat.plugin"
     assert plugins.get("gpucompat_fixtures") == "pytest_gpucompat.fixtures"
     assert "pytest_gpucompat.fixtures" not in _imports("pytest_gpucompat.plugin", MODULES["pytest_gpucompat.plugin"])
+
+
+def _engine_words() -> set[str]:
+    """Every spelling that names a registered engine, taken from the registry live: its name, aliases, module, the
+    distribution that carries its version and the distributions its descriptor tracks for it."""
+    from pytest_gpucompat.engines.registry import descriptors
+
+    words: set[str] = set()
+    for d in descriptors():
+        words.update((d.name, *d.aliases, d.distribution, *d.packages, *([d.module] if d.module else [])))
+        for key, names in d.stack_packages.items():
+            words.update((key, *names))
+    return {w.strip().lower() for w in words}
+
+
+def _engine_names_in(source: str, words: set[str]) -> list[tuple[int, str]]:
+    """(line, text) of each string constant of ``source`` that is one of ``words`` (any case). Strings that stand
+    alone as a statement (module, class, function and attribute docstrings) are prose and are skipped: an example
+    there, such as a conftest hook that names one engine, is for the reader."""
+    tree = ast.parse(source)
+    prose = {id(node.value) for node in ast.walk(tree)
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+            and node.value.strip().lower() in words]
+
+
+def test_no_module_outside_the_engines_names_an_engine() -> None:
+    """What an engine is lives in its descriptor (engines/registry.py): a module elsewhere that compares with an
+    engine's name, or names its package, keeps a second list that a new engine would not be in. It asks the
+    registry instead (`drives_server`, `reference_name`, `default_dtype`, `stack_packages`, ...)."""
+    words = _engine_words()
+    engines = PACKAGE / "engines"
+    found = {f"{path.relative_to(PACKAGE)}:{line}": text for path in sorted(MODULES.values())
+             if engines not in path.parents
+             for line, text in _engine_names_in(path.read_text(encoding="utf-8"), words)}
+    assert found == {}, f"ask the engine registry instead of naming an engine: {found}"
+
+
+def test_the_engine_name_search_skips_docstrings_only() -> None:
+    source = ('"""Runs on vllm."""\n'
+              'def f(engine):\n'
+              '    """e.g. f("vllm")"""\n'
+              '    return engine == "VLLM" or engine in ("hf", "other") or f"{engine}-vllm"\n')
+    assert _engine_names_in(source, _engine_words()) == [(4, "VLLM"), (4, "hf")]

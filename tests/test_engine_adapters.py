@@ -14,6 +14,7 @@ import pytest
 from pytest_gpucompat.engines import (
     canonical_name,
     create,
+    descriptors,
     distribution,
     engine_names,
     engine_params,
@@ -24,11 +25,8 @@ from pytest_gpucompat.engines import (
 from pytest_gpucompat.engines.base import EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.pool import EnginePool
 
-ADAPTERS = [
-    ("vllm", "vllm", "VLLMEngine"),
-    ("sglang", "sglang", "SGLangEngine"),
-    ("tensorrt-llm", "tensorrt_llm", "TRTLLMEngine"),
-]
+ADAPTERS = [(d.name, d.module, d.adapter.partition(":")[2]) for d in descriptors() if d.module is not None]
+"""(name, module, adapter class) of every engine whose package may be missing: the registry's, asked live."""
 
 
 def _installed(module: str) -> bool:

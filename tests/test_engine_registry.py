@@ -18,15 +18,19 @@ from pytest_gpucompat.engines.pool import EnginePool
 from pytest_gpucompat.engines.registry import (
     EngineDescriptor,
     canonical_name,
+    default_dtype,
     descriptor,
     descriptors,
+    drives_server,
     engine_environment,
     help_commands,
     kb_engine_names,
     normalize_dtype,
+    reference_name,
     register,
     runs_in_process,
     server_names,
+    stack_packages,
     tracked_packages,
 )
 from pytest_gpucompat.engines.servers import engine_server_command, servers
@@ -57,6 +61,24 @@ def test_what_other_modules_ask() -> None:
     assert help_commands("hf") == () and help_commands("tgi") == ()
     assert descriptor("sglang").parallel_params == ("tp_size", "pp_size", "dp_size")  # type: ignore[union-attr]
     assert descriptor("pkg.mod:Factory") is None
+
+
+def test_what_the_harness_asks_instead_of_naming_an_engine() -> None:
+    assert reference_name() == "hf" and [d.name for d in descriptors() if d.reference] == ["hf"]
+    assert drives_server("openai") and drives_server("openai-compatible")
+    assert not drives_server("vllm") and not drives_server("pkg.mod:Factory") and not drives_server("tgi")
+    assert default_dtype("transformers") == "float32"
+    assert default_dtype("vllm") is None and default_dtype("pkg.mod:Factory") is None and default_dtype("tgi") is None
+    assert stack_packages() == {"transformers": ("transformers",), "sglang-kernel": ("sglang-kernel", "sgl-kernel"),
+                                "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")}
+
+
+@pytest.mark.parametrize("d", descriptors(), ids=lambda d: d.name)
+def test_what_a_descriptor_names_exists(d: EngineDescriptor) -> None:
+    """A default server is a registered server; a default dtype is one of the names reports use."""
+    assert d.default_server is None or d.default_server in server_names()
+    assert d.default_dtype is None or normalize_dtype(d.default_dtype) == d.default_dtype
+    assert not (d.reference and d.default_server)  # the reference runs a model itself
 
 
 def test_aliases_and_where_engines_run() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucompat.engines.registry import tracked_packages
 from pytest_gpucompat.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.installs import EngineInstall
 from pytest_gpucompat.kb import load_kb, matching_rules
@@ -64,7 +65,7 @@ def test_choosing_triton_fails_with_or_without_flashinfer() -> None:
     assert E5M2 not in ids(a100, {"kv_cache_dtype": "fp8_e5m2"})
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", list(tracked_packages()))  # every engine whose install is checked
 def test_an_engine_installed_without_its_requirements_is_a_finding(engine: str) -> None:
     rule = f"{engine}-installed-without-its-requirements"
     missing = EngineInstall("1.0", False, ("flashinfer-python==0.6.14 (not installed)",))
@@ -73,6 +74,6 @@ def test_an_engine_installed_without_its_requirements_is_a_finding(engine: str) 
     unknown = Fingerprint(gpus=(H200,), packages={engine: "1.0"})
     assert rule in ids(incomplete, {}, engine) and rule in ids(incomplete, {}, None)  # a cell, and `check`
     assert rule not in ids(complete, {}, engine) and rule not in ids(unknown, {}, engine)
-    other = "sglang" if engine == "vllm" else "vllm"
+    other = next(name for name in tracked_packages() if name != engine)
     assert rule not in ids(Fingerprint(gpus=(H200,), packages={engine: "1.0", other: "1.0"},
                                        installs={other: missing, engine: EngineInstall("1.0", True)}), {}, None)

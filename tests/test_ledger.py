@@ -115,8 +115,9 @@ def test_released_times_and_members_survive_in_the_file(tmp_path: Path) -> None:
     assert state.released == {"G": {"1:1": 2000.0}, "H": {"1:1": 2000.0}}
 
 
-def _hold_gate(directory: str, ready: Any, done: Any) -> None:
-    with StartGate(directory, ["G"], timeout_s=5).held("vllm starting"):
+def _hold_gate(directory: str, ready: Any, done: Any, quiet: bool = True) -> None:
+    what = "vllm starting" if quiet else "vllm starting with its cache size given"
+    with StartGate(directory, ["G"], timeout_s=5).held(what, quiet=quiet):
         ready.set()
         done.wait(30)
 
@@ -138,6 +139,30 @@ def test_the_start_gate_lets_one_start_at_a_time(tmp_path: Path) -> None:
         proc.join(30)
     with gate.held("hf starting"), gate.held("nested"):  # free again, and reentrant within a process
         pass
+
+
+def test_starts_that_measure_nothing_overlap_and_keep_a_measuring_start_out(tmp_path: Path) -> None:
+    """vLLM given its KV-cache size measures nothing at start: such starts overlap one another, while one that
+    profiles the GPU (quiet) waits until none of them is under way, and keeps them out while it is."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold_gate, args=(str(tmp_path), ready, done, False))
+    proc.start()
+    try:
+        assert ready.wait(60)
+        clock = Clock()
+        gate = StartGate(tmp_path, ["G"], timeout_s=2, clock=clock, sleep=clock.sleep)
+        with gate.held("hf starting", quiet=False):  # beside the other worker's start
+            pass
+        with pytest.raises(GpuWaitTimeout, match="waited 2 s"), gate.held("sglang profiling", quiet=True):
+            pass
+    finally:
+        done.set()
+        proc.join(30)
+    with gate.held("sglang profiling", quiet=True):  # free again once the overlapping start is done
+        other = StartGate(tmp_path, ["G"], timeout_s=1, clock=clock, sleep=clock.sleep)
+        with pytest.raises(GpuWaitTimeout, match=r"pid \d+ \(sglang profiling\)"), other.held("hf", quiet=False):
+            pass
 
 
 def test_a_gate_whose_holder_died_is_free(tmp_path: Path) -> None:

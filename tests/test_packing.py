@@ -12,6 +12,7 @@ from pytest_gpucompat.packing import (
     auto_workers_per_gpu,
     blocker,
     budget_mib,
+    cache_mib,
     engine_need,
     first_waiter,
     gpu_of_worker,
@@ -227,7 +228,8 @@ def test_the_benchmark_compares_cells_and_outcomes() -> None:
     summary = bench.packing_summary(serial, packed)
     assert summary["same_cells"] and summary["same_outcomes"]
     assert (summary["serial_engine_s"], summary["packed_engine_s"]) == (60.0, 63.0)
-    assert summary["serial_exclusive_s"] == 60.0 and summary["shared_cells"] == 1
+    assert summary["longest_cell"] == "suites/test_memory.py::m" and summary["longest_cell_s"] == 60.0
+    assert summary["shared_cells"] == 1
     packed["cells"][1]["outcome"] = "failed"
     changed = bench.packing_summary(serial, packed)
     assert not changed["same_outcomes"]
@@ -260,3 +262,51 @@ def test_n_auto_is_ours_whatever_order_the_plugins_load_in(pytester: pytest.Pyte
                                            "-p", "no:randomly", "--gpucompat", "-n", "auto")
     result.stdout.fnmatch_lines(["*created: 1/1 worker*"])
     assert result.ret == 0
+
+
+def test_a_shared_gpu_gives_vllm_half_of_what_its_fraction_leaves_after_the_weights() -> None:
+    vllm = registry.descriptor("vllm")
+    assert vllm is not None and vllm.gpu_memory is not None and vllm.gpu_memory.cache_bytes == "kv_cache_memory_bytes"
+    memory = vllm.gpu_memory
+    assert cache_mib(memory, {}, 143_000.0, 1000.0) == pytest.approx((0.2 * 143_000.0 - 1000.0) / 2)
+    assert cache_mib(memory, {"gpu_memory_utilization": 0.08}, 100_000.0, 0.0) == pytest.approx(4000.0)
+    assert cache_mib(memory, {}, 143_000.0, None) is None  # weights unknown: no size, the start measures
+    assert cache_mib(memory, {"gpu_memory_utilization": 0.01}, 1000.0, 500.0) is None  # nothing left
+
+
+@pytest.mark.parametrize(("engine", "params", "quiet"), [
+    ("vllm", {}, True),  # profiles the GPU at start
+    ("vllm", {"kv_cache_memory_bytes": 2**30}, False),  # given its cache size: measures nothing
+    ("hf", {"dtype": "float32"}, False),
+    ("sglang", {}, True),
+    ("tensorrt-llm", {}, True),
+    ("openai", {"server": "vllm"}, True),  # the server it starts profiles
+    ("openai", {"endpoint": "http://127.0.0.1:8000/v1"}, False),  # a server elsewhere: nothing starts here
+    ("mypkg.engine:Factory", {}, True),  # unknown memory: counted as measuring
+])
+def test_which_starts_need_a_quiet_gpu(engine: str, params: dict[str, Any], quiet: bool) -> None:
+    assert registry.quiet_start(engine, params) is quiet
+
+
+def test_a_shared_gpu_sizes_the_cache_of_an_engine_that_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpucompat import checkpoint, sharing
+    from pytest_gpucompat.engines import EngineSpec, engine_params
+    from pytest_gpucompat.engines.deviations import deviations
+
+    monkeypatch.setattr(checkpoint, "weights_mib", lambda model, dtype: 1000.0)
+    monkeypatch.setattr(sharing, "_release_has", lambda dist, since: dist == "vllm" and since == "0.10.2")
+    share = sharing.GpuShare(None, None, None, {"G": 143_000.0}, 0.9, 10.0)  # type: ignore[arg-type]
+    spec = share.sized(EngineSpec("vllm", "m", {"dtype": "bfloat16"}))
+    size = spec.params["kv_cache_memory_bytes"]
+    assert size == int((0.2 * 143_000.0 - 1000.0) / 2 * 2**20)
+    assert not registry.quiet_start(spec.engine, spec.params)
+    assert "harness_set" not in engine_params(spec.params)  # never handed to the engine
+    found = {d.name: d for d in deviations("vllm", spec.params)}
+    assert found["kv_cache_memory_bytes"].by == "harness" and "shared" in (found["kv_cache_memory_bytes"].why or "")
+    assert found["dtype"].by == "cell"
+    assert share.sized(spec) == spec  # sized once; the pool's key is stable
+    given = EngineSpec("vllm", "m", {"kv_cache_memory_bytes": 123})
+    assert share.sized(given) == given  # the cell's own size is kept
+    assert share.sized(EngineSpec("sglang", "m", {})).params == {}  # takes no size: starts on a quiet GPU
+    monkeypatch.setattr(sharing, "_release_has", lambda dist, since: False)  # a release before the setting
+    assert share.sized(EngineSpec("vllm", "m", {})).params == {}

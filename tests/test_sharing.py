@@ -281,7 +281,7 @@ def test_exclusive_tests_are_dealt_out_after_every_shared_one(pytester: pytest.P
               for t in ("cycles", "finished")]
     collection = memory[:2] + shared + memory[2:]  # exclusive ones first, as a module order may have them
     config = pytester.parseconfig("--tx=2*popen")
-    scheduler = engine_scope_scheduling()(config, None, lambda: frozenset(memory))
+    scheduler = engine_scope_scheduling()(config, None, lambda: dict.fromkeys(memory, "exclusive"))
     nodes = [_Node("gw0"), _Node("gw1")]
     for node in nodes:
         scheduler.add_node(node)
@@ -309,8 +309,36 @@ def test_without_exclusive_notes_the_scheduler_is_the_engine_scope_one(pytester:
     from pytest_gpucompat.xdist_support import engine_scope_scheduling
 
     config = pytester.parseconfig("--tx=2*popen")
-    scheduler = engine_scope_scheduling()(config, None, frozenset)
+    scheduler = engine_scope_scheduling()(config, None, dict)
     assert scheduler._split_scope("t.py::test_a[x]") == scheduler._split_scope("u.py::test_b[x]") == "[x]"
+
+
+def test_tests_apart_are_units_of_their_own_dealt_out_first(pytester: pytest.Pytester) -> None:
+    """Memory tests run whole engine lives in child processes and use no engine of their configuration's scope: each
+    is a unit of its own, and the first dealt out (the run's longest), so shared scopes fill the workers beside them
+    instead of the memory tests trailing at the end of the run."""
+    pytest.importorskip("xdist")
+    from pytest_gpucompat.xdist_support import APART_SCOPE, engine_scope_scheduling
+
+    shared = [f"suites/test_smoke.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm", "vllm-x=1")
+              for t in ("a", "b")]
+    memory = [f"suites/test_memory.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm")
+              for t in ("cycles", "finished")]
+    collection = shared + memory  # the memory suite is collected last
+    config = pytester.parseconfig("--tx=4*popen")
+    scheduler = engine_scope_scheduling()(config, None, lambda: dict.fromkeys(memory, "apart"))
+    nodes = [_Node(f"gw{i}") for i in range(4)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    assert scheduler._split_scope(memory[2]) == APART_SCOPE + memory[2] != scheduler._split_scope(memory[3])
+    firsts = sorted(collection[node.sent[0]] for node in nodes)
+    assert firsts == sorted(memory)  # each worker begins with one memory test
+    for node in nodes:
+        for index in list(node.sent):
+            scheduler.mark_test_complete(node, index)
+    assert sorted(collection[i] for node in nodes for i in node.sent) == sorted(collection)
 
 
 FIRST_EXCLUSIVE = HELPERS + textwrap.dedent("""

@@ -277,7 +277,7 @@ def checkpoint(path: Path, gib: int, dtype: str = "bfloat16") -> Path:
 
 
 def test_weights_are_measured_for_the_cells_dtype(tmp_path):
-    from pytest_gpucompat.models import weights_mib
+    from pytest_gpucompat.checkpoint import weights_mib
 
     model = checkpoint(tmp_path / "m", 2)
     assert weights_mib(model) == weights_mib(model, "auto") == 2048

@@ -50,14 +50,9 @@ class MemorySample:
 
 def host_rss_mib() -> float | None:
     """Resident set size of this process, from /proc/self/status (VmRSS), else `resource` (peak RSS)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    parts = line.split()
-                    return float(parts[1]) / 1024.0  # kB -> MiB
-    except OSError:
-        pass
+    rss = rss_mib("self")
+    if rss is not None:
+        return rss
     try:
         import resource
 

@@ -112,16 +112,26 @@ def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
     return False
 
 
-def process_uid(pid: int) -> int | None:
-    """The real user id of a process (/proc/PID/status), None when it is gone or /proc cannot tell."""
+def status_field(pid: int | str, key: str) -> str | None:
+    """The first value of the ``key:`` line of /proc/PID/status (``pid`` may be "self"), the one reader of that
+    file; None when the process is gone, /proc cannot tell or the line is not there."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+                if line.startswith(f"{key}:"):
+                    return line.split()[1]
+    except (OSError, IndexError):
         return None
     return None
+
+
+def process_uid(pid: int) -> int | None:
+    """The real user id of a process (/proc/PID/status), None when it is gone or /proc cannot tell."""
+    value = status_field(pid, "Uid")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def carries_token(pid: int, token: str, name: str = OWNER_ENV) -> bool:
@@ -153,7 +163,7 @@ def command_line(pid: int, limit: int = 160) -> str:
 
 def is_zombie(pid: int) -> bool:
     fields = stat_fields(pid)
-    return bool(fields) and fields[0] in ("Z", "X")
+    return bool(fields and fields[0] in ("Z", "X"))
 
 
 def uses_gpu(pid: int) -> bool | None:
@@ -198,15 +208,14 @@ def owned_pids(scope: Scope) -> list[int]:
     return sorted(found)
 
 
-def rss_mib(pid: int) -> float | None:
+def rss_mib(pid: int | str) -> float | None:
+    """Resident set size of a process in MiB (VmRSS, kB in /proc/PID/status; ``pid`` may be "self"); None when
+    it is gone or /proc cannot tell."""
+    value = status_field(pid, "VmRSS")
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return float(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
+        return None if value is None else float(value) / 1024.0
+    except ValueError:
         return None
-    return None
 
 
 def nvml_index(device_index: int) -> int:
@@ -245,30 +254,24 @@ def held_mib(pynvml: Any, handle: Any) -> tuple[dict[int, float], bool]:
 def device_memory(handle_of: Callable[[Any], Any]) -> tuple[float, dict[int, float], bool] | None:
     """MiB used on the GPU that ``handle_of(pynvml)`` names, MiB per process NVML lists there, and whether it could
     list them; None without NVML or without that GPU."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        handle = handle_of(pynvml)
-        # A tenant that allocates between the two reads would show as memory no process holds: read the process
-        # list before and after the device figure, and again while they differ.
-        held, listed = held_mib(pynvml, handle)
-        for _ in range(3):
-            used = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used) / MIB
-            again, listed = held_mib(pynvml, handle)
-            if again == held:
-                break
-            held = again
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    from ..fingerprint import nvml
+
+    with nvml() as pynvml:
+        if pynvml is None:
+            return None
+        try:
+            handle = handle_of(pynvml)
+            # A tenant that allocates between the two reads would show as memory no process holds: read the process
+            # list before and after the device figure, and again while they differ.
+            held, listed = held_mib(pynvml, handle)
+            for _ in range(3):
+                used = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used) / MIB
+                again, listed = held_mib(pynvml, handle)
+                if again == held:
+                    break
+                held = again
+        except Exception:
+            return None
     return used, held, listed
 
 

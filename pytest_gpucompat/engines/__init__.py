@@ -65,8 +65,10 @@ class Unsupported(EngineUnavailable, NotImplementedError):
     failure. Both `except EngineUnavailable` and `except NotImplementedError` catch it."""
 
 
-HARNESS_PARAMS: frozenset[str] = frozenset({"env", "task", "start_timeout_s", "call_timeout_s", "isolated"})
-"""Spec params read by the harness, never passed on to an engine's own constructor."""
+HARNESS_PARAMS: frozenset[str] = frozenset({"env", "task", "start_timeout_s", "call_timeout_s", "isolated",
+                                            "harness_set"})
+"""Spec params read by the harness, never passed on to an engine's own constructor. ``harness_set`` maps each
+engine setting the harness added to the spec for this run (``sharing.sized_for_sharing``) to why."""
 
 
 def distribution(name: str) -> str | None:

@@ -33,7 +33,7 @@ __all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment
 
 _NOT_SETTINGS = frozenset({"server", "endpoint", "flavor", "model_name", "host", "server_command", "log_path",
                            "api_key", "extra_body", "startup_timeout_s", "request_timeout_s",
-                           "env", "task", "start_timeout_s", "call_timeout_s", "isolated"})
+                           "env", "task", "start_timeout_s", "call_timeout_s", "isolated", "harness_set"})
 """Spec params that choose or reach an engine rather than configure it (the harness keys among them)."""
 
 _UNKNOWN = object()
@@ -70,8 +70,9 @@ def _declared(engine: str, params: Mapping[str, Any]) -> tuple[Mapping[str, Harn
         return {}, {}
     if found is None:
         return {}, {}
-    server_name = params.get("server", None if params.get("server_command") else "vllm")  # as the adapter picks
-    if found.server is None and found.name == "openai" and isinstance(server_name, str):
+    # the server the adapter starts: the cell's, else the default (none for a command of the cell's own)
+    server_name = params.get("server", None if params.get("server_command") else found.default_server)
+    if found.default_server is not None and isinstance(server_name, str):
         try:
             server = descriptor(server_name)
         except ValueError:
@@ -93,7 +94,8 @@ def harness_environment(engine: str, params: Mapping[str, Any],
                         environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The declared harness variables to set for a cell: those neither the environment nor the cell sets."""
     env = os.environ if environ is None else environ
-    cell_env = params.get("env") if isinstance(params.get("env"), Mapping) else {}
+    given = params.get("env")
+    cell_env: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     _, declared = _declared(engine, params)
     return {name: str(d.value) for name, d in declared.items() if name not in env and name not in cell_env}
 
@@ -103,7 +105,10 @@ def deviations(engine: str, params: Mapping[str, Any],
     """Every setting a cell of `engine` with `params` is started with beyond the engine's defaults, in the order:
     the cell's parameters, the harness's declared defaults, environment variables (cell, then harness)."""
     settings, env_declared = _declared(engine, params)
-    out = [Deviation(str(name), value, "cell") for name, value in params.items() if name not in _NOT_SETTINGS]
+    given = params.get("harness_set")
+    added: Mapping[str, Any] = given if isinstance(given, Mapping) else {}  # settings the harness put in the spec
+    out = [Deviation(str(name), value, "harness", str(added[name])) if name in added
+           else Deviation(str(name), value, "cell") for name, value in params.items() if name not in _NOT_SETTINGS]
     out += [Deviation(name, d.value, "harness", d.why) for name, d in settings.items() if name not in params]
     cell_env = params.get("env")
     if isinstance(cell_env, Mapping):

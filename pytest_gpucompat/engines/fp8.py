@@ -35,6 +35,9 @@ def quantize_linears(model: Any) -> int:
     import torch
 
     class FP8Linear(torch.nn.Module):
+        weight_fp8: torch.Tensor  # buffers, registered in __init__
+        weight_scale: torch.Tensor
+
         def __init__(self, linear: torch.nn.Linear) -> None:
             super().__init__()
             fp8_max = torch.finfo(torch.float8_e4m3fn).max

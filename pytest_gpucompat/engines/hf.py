@@ -71,7 +71,8 @@ class HFEngine:
 
         try:
             with quiet_progress_bars():
-                model = AutoModelForCausalLM.from_pretrained(spec.model, **kwargs)
+                # Any, as everywhere in this adapter: transformers' @wraps(Module.to) hides `to`'s binding
+                model: Any = AutoModelForCausalLM.from_pretrained(spec.model, **kwargs)
             model.to(device)
             model.eval()
             fp8_linears = 0

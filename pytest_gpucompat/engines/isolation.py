@@ -121,6 +121,7 @@ class IsolatedEngine:
         )
         proc.start()
         child_conn.close()
+        assert proc.pid is not None  # set by start()
         self._proc, self._conn = proc, parent_conn
         self._groups = [process_group(proc.pid)]  # our unreaped child: its pid cannot be reused meanwhile
         _LIVE.add(self)

@@ -61,6 +61,8 @@ _OWN_PARAMS = {
     "endpoint", "server", "flavor", "server_args", "startup_timeout_s", "request_timeout_s", "api_key",
     "model_name", "log_path", "extra_body", "host", "server_command",
 }
+_DEFAULT_SERVER = descriptor("openai").default_server  # type: ignore[union-attr]
+"""The server started when the cell names neither one nor a command of its own (the registry's default)."""
 ENDPOINT_REFUSED_GRACE_S = 3.0
 """How long a given endpoint may refuse connections before its start fails (a server still binding its port)."""
 _TOKEN_ID_KEY = re.compile(r"^token_id:(-?\d+)$")
@@ -114,7 +116,7 @@ class OpenAIEngine:
             self._base = base[: -len("/v1")] if base.endswith("/v1") else base
             self._flavor = _flavor(params.get("flavor", "openai"))
         else:
-            default_server = COMMAND if params.get("server_command") else "vllm"
+            default_server = COMMAND if params.get("server_command") else _DEFAULT_SERVER
             asked = str(params.get("server", default_server))
             server = server_name(asked)
             if server is None:
@@ -237,8 +239,9 @@ class OpenAIEngine:
             extra["kv_cache_dtype_setting"] = kv
             kv = dtype
         if self._embed_mode:
-            found = descriptor(server or self._flavor) if (server or self._flavor) in server_names() else None
-            extra["pooling"] = found.server.pooling if found is not None and found.server is not None else None
+            described = descriptor(server or self._flavor) if (server or self._flavor) in server_names() else None
+            extra["pooling"] = (described.server.pooling if described is not None and described.server is not None
+                                else None)
         return RunInfo(
             engine=self.name,
             version=version,

@@ -14,6 +14,7 @@ from . import create, missing_module, one_line, runs_in_process
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .isolation import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, HEARTBEAT_S, IsolatedEngine, Progress
 from .processes import state_dir
+from .registry import quiet_start
 
 
 def _params_text(params: Mapping[str, Any]) -> str:
@@ -59,8 +60,9 @@ class Admission(Protocol):
         ``make_room()`` shuts one of the pool's idle engines down (False when there is none)."""
         ...
 
-    def quiet(self, what: str) -> AbstractContextManager[Any]:
-        """Held while an engine starts or shuts down: one at a time on a GPU."""
+    def quiet(self, what: str, alone: bool = True) -> AbstractContextManager[Any]:
+        """Held while an engine starts or shuts down: ``alone``, nothing else starts or stops on its GPU meanwhile
+        (a start that measures the GPU, ``registry.quiet_start``); else only such a start is kept out."""
         ...
 
 
@@ -118,9 +120,9 @@ class EnginePool:
         key = spec.key()
         self._used.add(key)
         if key in self._live:
-            engine, info = self._live.pop(key)
-            self._live[key] = (engine, info)  # most recently used last
-            return engine, info
+            live = self._live.pop(key)
+            self._live[key] = live  # most recently used last
+            return live
         if key in self._failures:  # a fresh exception each time, not one whose traceback grows with every cell
             failure = self._failures[key]
             if isinstance(failure, EngineFailed):
@@ -156,7 +158,8 @@ class EnginePool:
             where = "(in this process)"
         release = self.admission.admit(spec, self.make_room) if self.admission is not None else None
         try:
-            with self._announced(spec, params, where), self._quiet(f"starting {spec.engine}"):
+            with self._announced(spec, params, where), self._quiet(f"starting {spec.engine}",
+                                                                  quiet_start(spec.engine, spec.params)):
                 info = self._start(key, engine, spec)
         except BaseException:
             if release is not None:
@@ -194,8 +197,8 @@ class EnginePool:
         self.progress(text)
         return contextlib.nullcontext()
 
-    def _quiet(self, what: str) -> AbstractContextManager[Any]:
-        return self.admission.quiet(what) if self.admission is not None else contextlib.nullcontext()
+    def _quiet(self, what: str, alone: bool) -> AbstractContextManager[Any]:
+        return self.admission.quiet(what, alone) if self.admission is not None else contextlib.nullcontext()
 
     def begin_cell(self) -> None:
         """A new cell begins: every live engine is idle until it asks for one again."""
@@ -234,7 +237,7 @@ class EnginePool:
             return
         release = self._releases.pop(key, None)
         try:
-            with self._quiet(f"stopping {entry[0].name}"), contextlib.suppress(EngineFailed, EngineUnavailable):
+            with self._quiet(f"stopping {entry[0].name}", False), contextlib.suppress(EngineFailed, EngineUnavailable):
                 entry[0].shutdown()
         finally:
             if release is not None:

@@ -230,7 +230,7 @@ def _prctl() -> Callable[..., int] | None:
     import ctypes
 
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 

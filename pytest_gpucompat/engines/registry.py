@@ -81,12 +81,21 @@ class GpuMemory:
     (packing.py). The engine's own memory setting decides: the first of `params` the cell sets, else `default`, as a
     fraction of the GPU's total memory; plus the checkpoint's weights when `weights` (transformers holds nothing
     else; TensorRT-LLM's fraction is of the memory left after them); plus `overhead_mib` (CUDA context, activations).
+
+    `measures_free_memory`: its start sizes its cache from what it measures on the GPU (vLLM profiles a forward pass,
+    SGLang and TensorRT-LLM take fractions of the free memory), so on a shared GPU nobody else may start or stop an
+    engine meanwhile (ledger.StartGate's quiet hold). `cache_bytes`: the setting that gives it its cache size in
+    bytes instead (vLLM's `kv_cache_memory_bytes`, from `cache_bytes_since`), with which its start measures
+    nothing and may overlap others'; None: it has none.
     """
 
     params: tuple[str, ...] = ()
     default: float = 0.0
     weights: bool = False
     overhead_mib: float = 0.0
+    measures_free_memory: bool = False
+    cache_bytes: str | None = None
+    cache_bytes_since: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,17 @@ class EngineDescriptor:
     command_markers: words that show a command line starts this engine's server (`gpucompat check --args`).
     cli_underscores: its command line takes `--max_model_len` for `--max-model-len` (vLLM's parser does; plain
                      argparse does not).
+    default_server:  set for an engine that drives an OpenAI-compatible server instead of a GPU of its own: the
+                     registered engine whose server it starts when the cell's `server` parameter names none. Its GPU
+                     need is the need of the server it starts (nothing for a cell's `endpoint`, a server running
+                     elsewhere, which `--gpucompat-endpoint` gives its cells), and reports name that server.
+    reference:       it computes the float32 references the precision checks compare every engine with (one engine
+                     does; `reference_name()`).
+    default_dtype:   the dtype it loads the weights in when the cell sets none, so their size can be told before it
+                     starts; None: the checkpoint's own.
+    stack_packages:  distributions the fingerprint records because of this engine besides its `packages`, by key
+                     (the names that may carry each, the first installed wins): the library it is when that is not
+                     keyed by the engine's name, the runtime or kernels only it uses.
     """
 
     name: str
@@ -140,6 +160,10 @@ class EngineDescriptor:
     harness_env: Mapping[str, HarnessDefault] = field(default_factory=dict)
     command_markers: tuple[str, ...] = ()
     cli_underscores: bool = False
+    default_server: str | None = None
+    reference: bool = False
+    default_dtype: str | None = None
+    stack_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
@@ -184,10 +208,60 @@ def descriptor(name: str) -> EngineDescriptor | None:
     return None if ":" in name else _REGISTRY[canonical_name(name)]
 
 
+def quiet_start(name: str, params: Mapping[str, Any]) -> bool:
+    """Whether starting `name` with `params` needs a quiet GPU (ledger.StartGate): it sizes its cache from what it
+    measures there and is not given the size (`GpuMemory.cache_bytes`). An engine whose memory is unknown (by
+    import path, a server it starts) counts as one that measures, unless its cell reaches a server elsewhere."""
+    try:
+        found = descriptor(name)
+    except ValueError:
+        return True
+    memory = found.gpu_memory if found is not None else None
+    if memory is None:
+        return not params.get("endpoint")
+    given = memory.cache_bytes is not None and params.get(memory.cache_bytes) is not None
+    return memory.measures_free_memory and not given
+
+
 def runs_in_process(name: str) -> bool:
     """Whether `name` runs in the pytest process unless its spec says otherwise (import paths: isolated)."""
     found = descriptor(name)
     return found is not None and found.in_process
+
+
+def _known(name: str) -> EngineDescriptor | None:
+    """The descriptor of a registered name or alias; None for an import path or a name nobody registered (a cell
+    of a report from elsewhere), which then has none of the properties asked below."""
+    try:
+        return descriptor(name)
+    except ValueError:
+        return None
+
+
+def reference_name() -> str:
+    """The engine that computes the float32 references (the descriptor with `reference`), so that the harness
+    starts the reference without naming an engine."""
+    return next(d.name for d in _REGISTRY.values() if d.reference)
+
+
+def drives_server(name: str) -> bool:
+    """Whether `name` drives an OpenAI-compatible server rather than a GPU of its own (its descriptor's
+    `default_server`): the run's `--gpucompat-endpoint` is for its cells, and its need is its server's."""
+    found = _known(name)
+    return found is not None and found.default_server is not None
+
+
+def default_dtype(name: str) -> str | None:
+    """The dtype `name` loads weights in when a cell sets none (its descriptor's `default_dtype`); None: the
+    checkpoint's own, or an engine the registry does not know."""
+    found = _known(name)
+    return found.default_dtype if found is not None else None
+
+
+def stack_packages() -> dict[str, tuple[str, ...]]:
+    """Every registered engine's `stack_packages`, in registration order: the distributions the fingerprint
+    records because of an engine, under their own keys."""
+    return {key: names for d in _REGISTRY.values() for key, names in d.stack_packages.items()}
 
 
 def kb_engine_names() -> tuple[str, ...]:
@@ -267,6 +341,9 @@ register(EngineDescriptor(
     distribution="transformers",
     aliases=("transformers", "huggingface"),
     in_process=True,
+    reference=True,
+    default_dtype="float32",  # engines/hf.py: the reference runs float32 unless the cell says otherwise
+    stack_packages={"transformers": ("transformers",)},  # keyed by its library's name, as reports show it
     env_prefixes=("HF_", "TRANSFORMERS_"),
     gpu_memory=GpuMemory(weights=True, overhead_mib=1024.0),  # weights in the cell's dtype; context, activations
 ))
@@ -287,7 +364,8 @@ register(EngineDescriptor(
                   "deep-gemm", "nvidia-cutlass-dsl", "triton"),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
     # its cap on what it allocates (engines/vllm.py's default), and the CUDA context the cap may leave out
-    gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0),
+    gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0, measures_free_memory=True,
+                         cache_bytes="kv_cache_memory_bytes", cache_bytes_since="0.10.2"),
     harness_defaults={"gpu_memory_utilization": _VLLM_MEMORY, "seed": _SEED},
     server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
@@ -310,10 +388,12 @@ register(EngineDescriptor(
     command_markers=("sglang.launch_server", "sglang serve"),
     env_prefixes=("SGLANG_", "SGL_"),
     packages=("sglang",),
+    stack_packages={"sglang-kernel": ("sglang-kernel", "sgl-kernel")},  # its kernels, sgl-kernel before 0.3.x
     acceleration=("sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
                   "deep-gemm", "nvidia-cutlass-dsl", "triton"),  # sgl-kernel: sglang-kernel's name before 0.3.x
     parallel_params=("tp_size", "pp_size", "dp_size"),
-    gpu_memory=GpuMemory(("mem_fraction_static",), 0.2, overhead_mib=1024.0),  # weights + KV pool; activations apart
+    # weights + KV pool; activations apart
+    gpu_memory=GpuMemory(("mem_fraction_static",), 0.2, overhead_mib=1024.0, measures_free_memory=True),
     harness_defaults={
         "mem_fraction_static": _SGLANG_MEMORY,
         "random_seed": _SEED,
@@ -344,11 +424,12 @@ register(EngineDescriptor(
     command_markers=("trtllm-serve",),
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
+    stack_packages={"tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")},  # the runtime under it
     acceleration=("flashinfer-python", "deep-gemm", "nvidia-cutlass-dsl", "triton"),
     parallel_params=("tensor_parallel_size", "pipeline_parallel_size"),
     # its KV cache takes this fraction of the memory free after the weights: at most this fraction of the total
     gpu_memory=GpuMemory(("free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction"), 0.2, weights=True,
-                         overhead_mib=1024.0),
+                         overhead_mib=1024.0, measures_free_memory=True),
     harness_defaults={"free_gpu_memory_fraction": _TRTLLM_MEMORY},
     server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (engines/contracts/)
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
@@ -372,4 +453,5 @@ register(EngineDescriptor(
     adapter="pytest_gpucompat.engines.openai:OpenAIEngine",
     distribution="requests",
     aliases=("openai-compatible",),
+    default_server="vllm",
 ))

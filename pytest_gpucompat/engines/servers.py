@@ -82,9 +82,9 @@ def engine_server_command(server: str, model: str, host: str, port: int, setting
     else its fallback once its module is known to be importable; settings it does not take on the command line
     (`cli_options`) are written as YAML to `options_file()` (a callable returning a Path) and passed by name."""
     found = descriptor(server)
-    spec = found.server if found is not None else None
-    if spec is None:
+    if found is None or found.server is None:
         raise EngineFailed(f"openai: {server} has no OpenAI-compatible server")
+    spec = found.server
     values = {"python": sys.executable, "model": model, "host": host, "port": str(port)}
     exe = shutil.which(spec.executable) if spec.executable else None
     if exe is None and found.module is not None:

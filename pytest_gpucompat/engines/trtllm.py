@@ -142,7 +142,8 @@ class TRTLLMEngine:
             steps: list[dict[int, float]] = []
             for position, entry in enumerate(completion.logprobs or []):
                 if isinstance(entry, Mapping):
-                    steps.append({int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()})
+                    steps.append({int(t): float(lp.logprob if hasattr(lp, "logprob") else lp)
+                                  for t, lp in entry.items()})
                 elif position < len(token_ids):  # list[float]: only the sampled token's logprob
                     steps.append({token_ids[position]: float(entry)})
             results.append(Generation(token_ids=tuple(token_ids), logprobs=tuple(steps)))

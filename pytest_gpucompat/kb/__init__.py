@@ -6,7 +6,8 @@ Modules, in the order data flows through them:
 - ``load``: YAML validation and ``load_kb`` (cached per file version);
 - ``match``: a fingerprint's ``Facts``, one function per condition kind, the reference ``rule_matches`` (the test
   oracle), ``describe_runner`` and the fleet-axis check;
-- ``index``: ``matching_rules``, every rule at once through bit masks built from ``match``'s functions;
+- ``index``: ``matching_rules``, every rule at once through bit masks built from ``match``'s functions (with
+  ``rulesets``: a result mask as its rules);
 - ``verdicts``: what matched rules do (``Finding``, ``Decision``, the policy);
 - ``evaluate``: the one pipeline, ``evaluate_cell`` (pytest, fleet preview) and ``evaluate_machine`` (check);
 - ``check``: ``gpucompat check``'s text and JSON; ``lint``: ``gpucompat rules --lint``;

@@ -209,10 +209,12 @@ def _check_flag(given: Given, history: History, t: int, c: int | None, underscor
     choices = attrs.get("choices")
     if given.value is not None and isinstance(choices, list) and choices \
             and given.value not in {str(x) for x in choices}:
-        before = history.item("flags", flag, c) if c is not None else None
-        was = before.get("choices") if before else None
-        then = (f"; {history.releases[c].text} accepts it" if isinstance(was, list)
-                and given.value in {str(x) for x in was} else "")
+        then = ""
+        if c is not None:
+            before = history.item("flags", flag, c)
+            was = before.get("choices") if before else None
+            if isinstance(was, list) and given.value in {str(x) for x in was}:
+                then = f"; {history.releases[c].text} accepts it"
         problems.append(f"{given.value!r} is not one of its choices in {release} "
                         f"({', '.join(map(str, choices[:12]))}{', ...' if len(choices) > 12 else ''}){then}")
     if attrs.get("deprecated"):

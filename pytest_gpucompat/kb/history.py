@@ -224,7 +224,7 @@ def _load(source: str, stamp: Any) -> History:
             for j, run in enumerate(item_runs):
                 if not isinstance(run, Mapping):
                     raise InputError(source, f"{where}[{j}]", "must be an object with first and last")
-                ends = [index.get(run.get(k)) if isinstance(run.get(k), str) else None for k in ("first", "last")]
+                ends = [index.get(end) if isinstance(end := run.get(k), str) else None for k in ("first", "last")]
                 if ends[0] is None or ends[1] is None or ends[0] > ends[1]:
                     raise InputError(source, f"{where}[{j}]", "first and last must be releases listed, in order")
                 attrs = {k: v for k, v in run.items() if k not in ("first", "last")}
@@ -236,7 +236,8 @@ def _load(source: str, stamp: Any) -> History:
     engine = data.get("engine")
     if not isinstance(engine, str) or not engine:
         raise InputError(source, "engine", "required")
-    package = data.get("package") if isinstance(data.get("package"), str) else engine
+    named = data.get("package")
+    package = named if isinstance(named, str) else engine
     return History(engine=engine, package=normalize_package(package), source=source, releases=releases,
                    runs=runs, tool_version=str(data.get("tool_version", "")))
 

@@ -9,6 +9,7 @@ files); ``clear_match_cache`` forgets them.
 
 from __future__ import annotations
 
+import marshal
 import operator
 import weakref
 from collections.abc import Callable, Mapping
@@ -31,16 +32,17 @@ from .match import (
     param_names,
     vkey,
 )
+from .rulesets import Halves
 from .schema import Conditions, KnowledgeBase, Rule
 
-_MAX_CACHED = 16384  # values per parameter name, and distinct result sets, remembered per knowledge base
-_MAX_FINGERPRINTS = 256  # fingerprints remembered per knowledge base
+_MAX_CACHED = 16384  # values per parameter name, and parameter sets, remembered per knowledge base
+_MAX_KEPT = 4096  # parameter sets remembered per (knowledge base, GPU count and smallest GPU)
+_MAX_FINGERPRINTS = 1024  # fingerprints remembered per knowledge base (a fleet of runners, a what-if sweep)
 _MAX_KBS = 32
 _UNCACHEABLE = object()
-_MAX_RESULTS = 65536  # distinct result masks remembered per knowledge base (~25 MB at 30 rules each)
-_SEGMENT_BITS = 64  # a result mask becomes its rules 64 rules at a time
-_SEGMENT_MASK = (1 << _SEGMENT_BITS) - 1
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
+_MARSHALLED_TYPES = frozenset((str, int, bool, type(None), float))  # written by marshal as exactly themselves
+_dumps = marshal.dumps
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
 
 
@@ -51,8 +53,8 @@ def matching_rules(
 
     The same answer as ``[r for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged_params)]``, from
     an index (see ``_KbIndex``): machine conditions are decided once per fingerprint, each parameter value once
-    per knowledge base, and the verdict of a cell's parameters is remembered by their values (``_KbIndex.remember``)
-    so a cell of a known parameter set costs a few dict lookups.
+    per knowledge base, and what a cell's parameters leave of the rules is remembered by their exact content
+    (``_KbIndex.kept_mask``), so a cell of a known parameter set costs one ``marshal`` call and a few lookups.
     """
     last = _LAST
     fpi = last[2] if last[1] is fp and last[0] is kb else None
@@ -60,7 +62,7 @@ def matching_rules(
         fpi = _fingerprint_index(kb, fp)
     fp_params = fp.params
     if fp_params:
-        merged: Mapping[str, Any] = {**fp_params, **(params or {})}
+        merged: dict[str, Any] = {**fp_params, **(params or {})}
     elif type(params) is dict:
         merged = params
     else:
@@ -70,37 +72,20 @@ def matching_rules(
         if candidates is None:
             candidates = fpi.candidates(engine, None)
     else:
-        key = norm_value(merged.get("engine"))
-        candidates = fpi.by_engine_param.get(key)
+        engine_key = norm_value(merged.get("engine"))
+        candidates = fpi.by_engine_param.get(engine_key)
         if candidates is None:
-            candidates = fpi.candidates(None, key)
+            candidates = fpi.candidates(None, engine_key)
     # the rest is _KbIndex's work, inlined (a call costs as much as a dict lookup, and this runs per cell)
-    kbi = fpi.kb_index
-    mask = candidates
-    if mask & kbi.param_mask:
-        keys = tuple(merged)
-        plan = kbi.plans.get(keys)
-        if plan is None:
-            plan = kbi.plan(keys)
-        getter = plan.getter
-        if getter is None:
-            verdict = plan.fixed
-        else:
-            values = getter(merged)
-            cache = plan.by_types.get(tuple(map(type, values)))
-            verdict = cache.get(values) if cache is not None else None
-            if verdict is None:
-                verdict = kbi.remember(plan, merged, values)
-        mask &= verdict[0]
-        if mask & kbi.needs_mask:
-            failing = fpi.needs_failing.get(verdict[1])
-            if failing is None:
-                failing = kbi.needs_failing(fpi, verdict[1], merged)
-            mask &= ~failing
-    found = kbi.results.get(mask)
-    if found is not None:
-        return list(found)
-    return kbi.rules_of(mask)
+    try:  # the parameters' content as one exact key (see _KbIndex.kept_mask); marshal is the fastest way to it
+        key: bytes | None = _dumps(merged, 2)
+    except ValueError:  # a value marshal cannot write (an instance of a class of its own): judged every time
+        key = None
+    kept = fpi.kept.get(key)
+    if kept is None:
+        kept = fpi.kb_index.kept_mask(fpi, merged, key)
+    mask = candidates & kept
+    return [*fpi.low[mask & fpi.low_mask], *fpi.high[mask >> fpi.half_bits]]  # its halves' rules (kb.rulesets)
 
 
 def _value_key(value: Any) -> Any:
@@ -143,13 +128,13 @@ class _KbIndex:
     functions of ``kb.match`` the first time a value is seen and then remembered, so a value is checked against the
     rules once per knowledge base, not once per cell. ``needs`` compare the cell with the machine: judged for the
     rules with needs that the masks leave, once per (machine's GPU count and smallest GPU, values of the needs'
-    parameters). A result mask becomes its list of rules from lists remembered per 64-bit segment of the mask.
+    parameters). A result mask becomes its list of rules through ``kb.rulesets``.
     """
 
-    __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "engine_free",
-                 "engine_masks", "param_mask", "conditions", "tables", "absent", "plans", "results", "segments",
-                 "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids", "needs_by_machine",
-                 "verdicts")
+    __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "machine_probes",
+                 "package_probes", "engine_free", "engine_masks", "param_mask", "conditions", "tables", "absent",
+                 "plans", "halves", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids",
+                 "needs_by_machine", "kept_by_machine", "by_content", "verdicts")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
@@ -171,6 +156,9 @@ class _KbIndex:
         # the rules whose needs fail
         self.needs_ids: dict[tuple[Any, ...], int] = {}
         self.needs_by_machine: dict[tuple[int, float | None], dict[int | None, int]] = {}
+        # the parameters' exact content (marshal) -> their verdict; needs_machine(facts) -> content -> kept mask
+        self.by_content: dict[bytes, tuple[int, int | None]] = {}
+        self.kept_by_machine: dict[tuple[int, float | None], dict[bytes | None, int]] = {}
         self.param_mask |= self.needs_mask
         by_field: dict[Any, list[tuple[int, Conditions]]] = {}
         by_name: dict[str, list[tuple[int, Conditions]]] = {}
@@ -190,14 +178,18 @@ class _KbIndex:
                 by_name.setdefault(name, []).append((bit, w))
         self.machine_conditions = {f: tuple(entries) for f, entries in by_field.items()}
         self.machine_tables: dict[Any, dict[Any, int]] = {f: {} for f in self.machine_conditions}
+        # (condition, its table) for the machine conditions some rule tests; ("package", name), its table
+        self.machine_probes = tuple((c, self.machine_tables[c.name]) for c in MACHINE_CONDITIONS
+                                    if c.name in self.machine_tables)
+        self.package_probes = tuple((f, t) for f, t in self.machine_tables.items() if isinstance(f, tuple))
         self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
         self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
         self.absent = {name: self._mask(name, False, None) for name in self.conditions}
         self.plans: dict[tuple[Any, ...], _Plan] = {}
-        self.results: dict[int, tuple[Rule, ...]] = {}  # result mask -> its rules
-        # per 64-bit segment of a mask: (shift, segment value -> the rules of its set bits)
-        self.segments = tuple((shift, {0: ()}) for shift in range(0, len(self.rules), _SEGMENT_BITS))
-        self.fingerprints: dict[Fingerprint, _FingerprintIndex] = {}
+        self.halves = Halves(self.rules)  # result mask -> its rules
+        # id(fingerprint) -> (the fingerprint, kept alive so the id stays its own; its index): an identity lookup,
+        # where hashing a fingerprint hashes each of its GPUs
+        self.fingerprints: dict[int, tuple[Fingerprint, _FingerprintIndex]] = {}
         # kb.evaluate's per-rule-set verdicts: (run_known_bad, rule ids) -> (findings, decision)
         self.verdicts: dict[tuple[Any, ...], Any] = {}
 
@@ -206,23 +198,21 @@ class _KbIndex:
     def machine_mask(self, facts: Facts) -> int:
         """The rules whose machine conditions all hold for these facts."""
         mask = self.all_mask
-        fields: list[tuple[Any, Any, Any]] = []
-        for cond in MACHINE_CONDITIONS:
-            if cond.name in self.machine_tables:
-                value = cond.fact(facts)
-                fields.append((cond.name, cond.key(value), value))
-        fields.extend((("package", name), vkey(version), version) for name, version in facts.packages.items()
-                      if ("package", name) in self.machine_tables)
-        seen_packages = set()
-        for field_name, key, value in fields:
-            table = self.machine_tables[field_name]
-            if isinstance(field_name, tuple):
-                seen_packages.add(field_name)
-            mask &= self._machine_bits(table, field_name, key, value)
+        for cond, table in self.machine_probes:
+            value = cond.fact(facts)
+            key = cond.key(value)
+            bits = table.get(key)
+            mask &= bits if bits is not None else self._machine_bits(table, cond.name, key, value)
+        packages = facts.packages
         lacking = None if facts.packages_listed else UNKNOWN  # known absent, or not known either way
-        for field_name, table in self.machine_tables.items():  # conditions on packages this machine lacks
-            if isinstance(field_name, tuple) and field_name not in seen_packages:
-                mask &= self._machine_bits(table, field_name, None if lacking is None else "?", lacking)
+        for field_name, table in self.package_probes:
+            version = packages.get(field_name[1])
+            if version is None:  # a package this machine lacks
+                value, key = lacking, None if lacking is None else "?"
+            else:
+                value, key = version, vkey(version)
+            bits = table.get(key)
+            mask &= bits if bits is not None else self._machine_bits(table, field_name, key, value)
         return mask
 
     def _machine_bits(self, table: dict[Any, int], field_name: Any, key: Any, value: Any) -> int:
@@ -261,6 +251,50 @@ class _KbIndex:
         if len(self.plans) < _MAX_CACHED:
             self.plans[keys] = plan
         return plan
+
+    def kept_mask(self, fpi: _FingerprintIndex, params: Mapping[str, Any], key: bytes | None) -> int:
+        """A cell's parameters not seen yet on a machine with this GPU count and smallest GPU: all rules but those
+        whose parameter conditions fail for them or whose needs fail on such a machine; remembered by ``key``.
+
+        ``key`` is the parameters written by ``marshal`` (None where it cannot write them). Equal bytes are equal
+        names, values and exact types: marshal writes only built-in types, each with its own code (``True``, ``1``,
+        ``1.0`` and ``"1"`` differ, and ``-0.0`` from ``0.0``) and refuses subclasses (a str whose ``str()`` is
+        not itself). It writes any object with the buffer protocol as bytes, so a verdict is remembered only for
+        parameters whose names are str and whose values are str, int, bool, float or None: bytes equal to theirs
+        come from parameters of those same types. One marshal call and one lookup replace, per cell, the names
+        tuple, the plan, the values and their types (``verdict_of``), which take over where nothing is
+        remembered."""
+        verdict = self.by_content.get(key) if key is not None else None
+        exact = verdict is not None
+        if verdict is None:
+            verdict = self.verdict_of(params)
+            exact = key is not None and _marshalled_exactly(params)
+            if exact and key is not None and len(self.by_content) < _MAX_CACHED:
+                self.by_content[key] = verdict
+        mask, needs_id = verdict
+        if mask & self.needs_mask:
+            failing = fpi.needs_failing.get(needs_id)
+            if failing is None:
+                failing = self.needs_failing(fpi, needs_id, params)
+            mask &= ~failing
+        if exact and len(fpi.kept) < _MAX_KEPT:
+            fpi.kept[key] = mask
+        return mask
+
+    def verdict_of(self, params: Mapping[str, Any]) -> tuple[int, int | None]:
+        """The verdict of a cell's parameters (``_verdict``), remembered per parameter names by the values of those
+        that matter (``remember``)."""
+        keys = tuple(params)
+        plan = self.plans.get(keys)
+        if plan is None:
+            plan = self.plan(keys)
+        getter = plan.getter
+        if getter is None:
+            return plan.fixed
+        values = getter(params)
+        cache = plan.by_types.get(tuple(map(type, values)))
+        cached = cache.get(values) if cache is not None else None
+        return cached if cached is not None else self.remember(plan, params, values)
 
     def _verdict(self, plan: _Plan, params: Mapping[str, Any]) -> tuple[int, int | None]:
         """What a cell's parameters decide: the rules whose parameter conditions hold for them (an AND of one
@@ -312,32 +346,11 @@ class _KbIndex:
             fpi.needs_failing[needs_id] = failing
         return failing
 
-    def rules_of(self, mask: int) -> list[Rule]:
-        """A result mask not seen yet: its rules, put together from the rules of each 64-bit segment of it (a
-        segment takes few distinct values); remembered while there is room."""
-        found: list[Rule] = []
-        for shift, table in self.segments:
-            part = mask >> shift & _SEGMENT_MASK
-            rules = table.get(part)
-            if rules is None:
-                rules = self._segment_rules(shift, table, part)
-            found += rules
-        if len(self.results) < _MAX_RESULTS:
-            self.results[mask] = tuple(found)
-        return found
 
-    def _segment_rules(self, shift: int, table: dict[int, tuple[Rule, ...]], part: int) -> tuple[Rule, ...]:
-        """The rules of the set bits of one segment of a mask, remembered (a segment takes few distinct values)."""
-        rules = self.rules
-        found: list[Rule] = []
-        rest = part
-        while rest:
-            low = rest & -rest  # the lowest set bit
-            found.append(rules[shift + low.bit_length() - 1])
-            rest ^= low
-        if len(table) < _MAX_CACHED:
-            table[part] = tuple(found)
-        return tuple(found)
+def _marshalled_exactly(params: Mapping[str, Any]) -> bool:
+    """Whether marshal writes these parameters as exactly themselves (see ``_KbIndex.kept_mask``)."""
+    return (all(type(name) is str for name in params)
+            and all(type(value) in _MARSHALLED_TYPES for value in params.values()))
 
 
 class _Plan:
@@ -366,7 +379,7 @@ class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
     __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param",
-                 "needs_machine", "needs_failing")
+                 "needs_machine", "needs_failing", "kept", "low", "high", "low_mask", "half_bits")
 
     def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
         self.kb_index = kb_index
@@ -376,11 +389,16 @@ class _FingerprintIndex:
         for name, bits in kb_index.engine_masks.items():
             if engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
                 self.installed_engines |= bits
-        self.by_engine: dict[str, int] = {}
+        # the engines of the knowledge base's rules, now; any other when a cell names it
+        self.by_engine = {engine: self.machine & (kb_index.engine_free | bits)
+                          for engine, bits in kb_index.engine_masks.items()}
         self.by_engine_param: dict[Any, int] = {}
         # needs verdicts, shared by the fingerprints whose needs_machine is the same
         self.needs_machine = needs_machine(facts) if kb_index.needs_rules else (0, None)
         self.needs_failing = kb_index.needs_by_machine.setdefault(self.needs_machine, {})
+        self.kept = kb_index.kept_by_machine.setdefault(self.needs_machine, {})
+        halves = kb_index.halves  # the knowledge base's, here to be one attribute nearer to the per-cell path
+        self.low, self.high, self.low_mask, self.half_bits = halves.low, halves.high, halves.low_mask, halves.bits
 
     def candidates(self, engine: str | None, engine_param: Any) -> int:
         """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter."""
@@ -413,11 +431,14 @@ def index_for(kb: KnowledgeBase) -> _KbIndex:
 def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
     global _LAST
     kb_index = index_for(kb)
-    index = kb_index.fingerprints.get(fp)
-    if index is None:
+    known = kb_index.fingerprints.get(id(fp))
+    if known is not None and known[0] is fp:
+        index = known[1]
+    else:
         if len(kb_index.fingerprints) >= _MAX_FINGERPRINTS:
             kb_index.fingerprints.clear()
-        index = kb_index.fingerprints[fp] = _FingerprintIndex(kb_index, Facts.of(fp))
+        index = _FingerprintIndex(kb_index, Facts.of(fp))
+        kb_index.fingerprints[id(fp)] = (fp, index)
     _LAST = (kb, fp, index)
     return index
 
@@ -426,5 +447,7 @@ def clear_match_cache() -> None:
     """Forget the matching indexes and verdicts (rebuilt on the next call): for benchmarks, and to free memory."""
     global _LAST
     _LAST = (None, None, None)
+    for kb_index in _KB_INDEXES.values():  # each fingerprint's index refers to its knowledge base's: freed now,
+        kb_index.fingerprints.clear()  # not at the next full garbage collection
     _KB_INDEXES.clear()
     clear_facts_cache()

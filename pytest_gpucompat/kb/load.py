@@ -62,7 +62,7 @@ def builtin_rule_files() -> list[Path]:
     return files
 
 
-def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """A path may be a rule file or a directory of them."""
     out: list[Path] = []
     for p in paths:
@@ -86,7 +86,7 @@ def file_stamp(path: str | Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def load_kb(extra: Iterable[str | Path] = (), builtin: bool = True) -> KnowledgeBase:
+def load_kb(extra: Iterable[str | os.PathLike[str]] = (), builtin: bool = True) -> KnowledgeBase:
     """The shipped rules (unless ``builtin`` is false) and ``extra`` files or directories, in that order.
 
     The same files, unchanged, give the same ``KnowledgeBase`` object (the matching indexes are kept per object);

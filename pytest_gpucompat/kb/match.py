@@ -43,7 +43,7 @@ class Facts:
         return _facts(fp)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)  # as many as kb.index remembers fingerprints
 def _facts(fp: Fingerprint) -> Facts:
     packages = {}
     for name, version in fp.packages.items():
@@ -186,16 +186,17 @@ class MachineCondition:
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
     MachineCondition("driver", ("driver",),
                      lambda w: w.driver is not None, lambda f: f.driver, vkey,
-                     lambda w, v: spec_holds(w.driver, v)),
+                     lambda w, v: w.driver is not None and spec_holds(w.driver, v)),
     MachineCondition("cuda_driver", ("cuda_driver",),
                      lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, vkey,
-                     lambda w, v: spec_holds(w.cuda_driver, v)),
+                     lambda w, v: w.cuda_driver is not None and spec_holds(w.cuda_driver, v)),
     MachineCondition("cuda_runtime", ("cuda_runtime",),
                      lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, vkey,
-                     lambda w, v: spec_holds(w.cuda_runtime, v)),
+                     lambda w, v: w.cuda_runtime is not None and spec_holds(w.cuda_runtime, v)),
     MachineCondition("gpu_count", ("gpu_count",),
                      lambda w: w.gpu_count is not None, lambda f: f.gpu_count, vkey,
-                     lambda w, v: spec_holds(w.gpu_count, v), known=lambda f: bool(f.gpus)),
+                     lambda w, v: w.gpu_count is not None and spec_holds(w.gpu_count, v),
+                     known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
@@ -314,7 +315,7 @@ def memory_needed(names: Sequence[str], params: Mapping[str, Any]) -> float | No
 
 
 def _smallest_gpu_mib(facts: Facts) -> float | None:
-    sizes = [float(str(g[3])) for g in facts.gpus if g[3] is not None]
+    sizes = [float(key) for g in facts.gpus if (key := vkey(g[3])) is not None]  # vkey: str(), remembered per version
     return min(sizes) if sizes else None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 try:
     from re import _parser as _sre  # type: ignore[attr-defined]  # Python 3.11+
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
 MAX_UNBOUNDED_REPEATS = 4
 """``*``, ``+`` and ``{n,}`` in one pattern."""
@@ -200,7 +200,7 @@ def _separates(op: Any, av: Any, first: frozenset[str], ignore_case: bool) -> bo
     return least > 0 and not (_chars(op, av, ignore_case) & first)
 
 
-_STATE = _sre.State() if hasattr(_sre, "State") else _sre.Pattern()  # type: ignore[attr-defined]
+_STATE = _sre.State() if hasattr(_sre, "State") else _sre.Pattern()
 
 
 def too_slow(pattern: re.Pattern[str]) -> str | None:

@@ -160,7 +160,7 @@ def drift_chart(report: Report) -> str:
 # --- memory --------------------------------------------------------------------------------------------------------
 
 
-def _memory_panel(metric: str, lines: list[tuple[str, CellRecord, Sequence[float | None]]],
+def _memory_panel(metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[float | None]]],
                   colours: Mapping[str, str]) -> str:
     width, height, left, right, top, bottom = 300, 210, 46, 10, 22, 30
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -185,12 +185,14 @@ def _memory_panel(metric: str, lines: list[tuple[str, CellRecord, Sequence[float
     points = 0
     for runner, cell, series in lines:
         base = _base(series)
-        known = [(i, v) for i, v in enumerate(series) if i >= 1 and v is not None and base is not None]
-        path = " ".join(f"{x(i):.1f},{y(v - base):.1f}" for i, v in known)
+        # (cycle, value, growth since cycle 1)
+        known = ([(i, v, v - base) for i, v in enumerate(series) if i >= 1 and v is not None]
+                 if base is not None else [])
+        path = " ".join(f"{x(i):.1f},{y(growth):.1f}" for i, _, growth in known)
         dots = "".join(
-            f'<circle class="pt" cx="{x(i):.1f}" cy="{y(v - base):.1f}" r="2.5" fill="{colours[runner]}">'
-            f"<title>{_e(runner)} · cycle {i}: {v:,.1f} MiB ({v - base:+,.1f})</title></circle>"
-            for i, v in known
+            f'<circle class="pt" cx="{x(i):.1f}" cy="{y(growth):.1f}" r="2.5" fill="{colours[runner]}">'
+            f"<title>{_e(runner)} · cycle {i}: {v:,.1f} MiB ({growth:+,.1f})</title></circle>"
+            for i, v, growth in known
         )
         points += len(known)
         parts.append(
@@ -242,9 +244,9 @@ def engine_label(cell: CellRecord, fingerprint: Mapping[str, Any]) -> str:
     info = cell.extra.get("engine_info")
     ran = info.get("version") if isinstance(info, Mapping) else None
     version = ran or packages.get(engine) or packages.get(package)
-    if engine == "openai" and cell.params.get("server"):
+    if found is not None and found.default_server is not None and cell.params.get("server"):  # named by its server
         server = str(cell.params["server"])
-        return f"openai server {server} {packages.get(server) or ''}".strip()
+        return f"{found.name} server {server} {packages.get(server) or ''}".strip()
     if not version:
         return engine
     return f"{engine} {version}" if package == engine else f"{engine} ({package} {version})"

@@ -19,14 +19,19 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..interrupt import received, signals_held
-from ..state import NOT_COVERED, RunState, cell_key
+from . import payload as cell_payload
 from .lock import ReportLock
+from .payload import CELL_KEY
+from .record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
 from .text import first_line
+
+if TYPE_CHECKING:
+    from ..state import RunState
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
@@ -55,7 +60,9 @@ class ReportCollector:
         self._lock = ReportLock(self.path) if self.path else None
         self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
+        # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from
         self.cells: dict[str, dict[str, Any]] = {}
+        self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._last_write = time.monotonic()
@@ -74,16 +81,15 @@ class ReportCollector:
         if crash is not None:
             self._crashed(report, crash)
         else:
-            payload = next((v for k, v in report.user_properties if k == "gpucompat"), None)
-            text = payload if isinstance(payload, str) else None  # JSON text (state.CellState.payload_for)
+            sent = next((v for k, v in report.user_properties if k == "gpucompat"), None)
+            text = sent if isinstance(sent, str) else None  # JSON text (state.CellState.payload_for)
             if text is not None and report.passed and self._texts.get(report.nodeid) == text:
                 # the very text merged last into this cell (a call that measured nothing after its setup): merging
                 # it again would change nothing, and a passed report's outcome does not read it
                 self._again(report, self.cells[report.nodeid])
             else:
-                if text is not None:
-                    payload = json.loads(text)
-                if payload is None:  # a passed teardown that told nothing new, or a test that is no cell
+                payload = json.loads(text) if text is not None else sent
+                if not isinstance(payload, dict):  # a passed teardown that told nothing new, or a test that is no cell
                     cell = self.cells.get(report.nodeid)
                     if cell is not None:
                         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
@@ -97,23 +103,16 @@ class ReportCollector:
     def _add(self, report: pytest.TestReport, payload: dict[str, Any]) -> None:
         cell = self.cells.get(report.nodeid)
         if cell is None:
-            cell = self.cells[report.nodeid] = self._new_cell(report, payload)
+            cell = self.cells[report.nodeid] = cell_payload.new_cell(report.nodeid, _worker_id(report), payload)
         else:
-            cell["metrics"].update(payload.get("metrics") or {})
-            cell["series"].update(payload.get("series") or {})
-            if payload.get("log_tail"):
-                cell["log_tail"] = payload["log_tail"]
-            cell["info"] = payload.get("info") or cell.get("info", {})
-            cell["notes"] = payload.get("notes") or cell.get("notes", {})
-            # each phase's payload has every finding so far: those flagged while the test ran come with the later ones
-            cell["rules"], cell["findings"] = payload.get("rules") or (), payload.get("findings") or ()
+            cell_payload.merge(cell, payload)
         self._again(report, cell, payload)
 
     def _again(self, report: pytest.TestReport, cell: dict[str, Any], payload: dict[str, Any] | None = None) -> None:
         """What every report of a cell adds, its payload merged or not: its duration, its outcome, the rules that
         explain a failure. ``payload`` is read for a report that did not pass only."""
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
-        outcome, reason = _outcome(report, payload or {})
+        outcome, reason = _outcome(report, payload)
         if outcome is not None and _should_replace(cell, report.when, outcome):
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
         self._explain(cell)
@@ -127,7 +126,7 @@ class ReportCollector:
             payload = self._collected_payload(_worker_id(report), report.nodeid)
             if payload is None:  # a test that is no cell of a matrix
                 return
-            cell = self.cells[report.nodeid] = self._new_cell(report, payload)
+            cell = self.cells[report.nodeid] = cell_payload.new_cell(report.nodeid, _worker_id(report), payload)
         cell["outcome"], cell["reason"], cell["when"] = "failed", reason, when
         self._explain(cell)
 
@@ -138,7 +137,7 @@ class ReportCollector:
             cell.pop("explained_by", None)  # passed, or a cell still in its setup: nothing a signature could match
             return
         said = (cell["reason"], cell.get("log_tail"), cell.get("when"))
-        if cell.get("_explained") == said:
+        if self._explained.get(cell["nodeid"]) == said:
             return
         from ..kb.signatures import Failure, explained_by_entry, explaining_rules
 
@@ -146,7 +145,7 @@ class ReportCollector:
                           params=cell.get("params") or {}, reason=cell["reason"], log_tail=cell.get("log_tail"),
                           phase=cell.get("when"))
         cell["explained_by"] = [explained_by_entry(r) for r in explaining_rules(self.state.kb.rules, failure)]
-        cell["_explained"] = said
+        self._explained[cell["nodeid"]] = said
 
     def _collected_payload(self, worker: str | None, nodeid: str) -> dict[str, Any] | None:
         """The payload ``share_cells`` left for ``nodeid``: None when it is no cell, ``{}`` when nothing was left
@@ -168,26 +167,6 @@ class ReportCollector:
         if waited <= _CHECKPOINT_S:
             return False
         return waited * _CHECKPOINT_SHARE > self._write_s_per_cell * len(self.cells)
-
-    def _new_cell(self, report: pytest.TestReport | pytest.Item, payload: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "nodeid": report.nodeid,
-            "engine": payload.get("engine"),
-            "params": payload.get("params") or {},
-            "axes": payload.get("axes") or {},
-            "outcome": "error",
-            "reason": None,
-            "rules": payload.get("rules") or (),  # one shared empty tuple, not two lists per cell for the
-            "findings": payload.get("findings") or (),  # garbage collector to walk at every full collection
-            "metrics": dict(payload.get("metrics") or {}),
-            "series": dict(payload.get("series") or {}),
-            "duration_s": 0.0,
-            "log_tail": payload.get("log_tail"),
-            "worker": _worker_id(report) if isinstance(report, pytest.TestReport) else None,
-            "info": payload.get("info") or {},
-            "notes": payload.get("notes") or {},
-            "gpu": payload.get("gpu"),
-        }
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -234,32 +213,21 @@ class ReportCollector:
         it is put in the report from what was collected, as interrupted, rather than left out."""
         self.interrupted = True
         item, self._in_setup = self._in_setup, None
-        cs = item.stash.get(cell_key, None) if item is not None and item.nodeid not in self.cells else None
+        cs = item.stash.get(CELL_KEY, None) if item is not None and item.nodeid not in self.cells else None
         if item is not None and cs is not None:
-            cell = self.cells[item.nodeid] = self._new_cell(item, cs.payload(self.state.fingerprint.name))
-            from .model import STOPPED_IN_SETUP
-
+            payload = cell_payload.build(cs, self.state.fingerprint.name)
+            cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
             cell["reason"], cell["when"] = STOPPED_IN_SETUP, "setup"
 
     # ------------------------------------------------------------------ writing
 
     def build(self, exitstatus: int | None = None, partial: bool = False) -> Any:
-        from .model import STOPPED_REASON, WORKER_DIED_REASON, Report
+        from .model import Report
 
-        runner = self.state.fingerprint.name or "local"
-        cells = []
-        for cell in self.cells.values():
-            data = dict(cell)
-            data.pop("_explained", None)
-            data["runner"] = runner
-            if data["outcome"] == "error" and not data.get("reason"):
-                data["reason"] = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
-            extra_info = data.pop("info", {}) or {}
-            gpu = data.pop("gpu", None)
-            notes = dict(data.pop("notes", None) or {})  # prompts, reference, golden: plain keys of the cell
-            data["deviations"] = notes.pop("deviations", None) or ()
-            data["extra"] = {**notes, **{k: v for k, v in (("engine_info", extra_info), ("gpu", gpu)) if v}}
-            cells.append(data)
+        unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
+        # the cells are the records' JSON form already; one that never reported an outcome says why it has none
+        cells = [{**cell, "reason": unfinished} if cell["outcome"] == "error" and not cell.get("reason") else cell
+                 for cell in self.cells.values()]
         fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
         if self.worker_fingerprints:
             fp["workers"] = self.worker_fingerprints
@@ -390,7 +358,7 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
         return
     from .io import write_text_atomic
 
-    cells = {item.nodeid: cs.payload(runner) for item in items if (cs := item.stash.get(cell_key, None))}
+    cells = {item.nodeid: cell_payload.build(cs, runner) for item in items if (cs := item.stash.get(CELL_KEY, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
     write_text_atomic(os.path.join(directory, f"{worker}.json"), json.dumps(cells, ensure_ascii=False))
 
@@ -446,7 +414,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return first_line(str(longrepr))
 
 
-def _outcome(report: pytest.TestReport, payload: dict[str, Any]) -> tuple[str | None, str | None]:
+def _outcome(report: pytest.TestReport, payload: dict[str, Any] | None) -> tuple[str | None, str | None]:
     wasxfail = getattr(report, "wasxfail", None)
     if report.skipped:
         if wasxfail is not None:
@@ -459,7 +427,8 @@ def _outcome(report: pytest.TestReport, payload: dict[str, Any]) -> tuple[str | 
         return ("passed", None) if report.when == "call" else (None, None)
     if str(report.longrepr).startswith("[XPASS(strict)]"):
         return "xpassed", str(report.longrepr)
-    return ("failed" if report.when == "call" or payload.get("engine_failed") else "error"), _failure_reason(report)
+    failed = report.when == "call" or (payload is not None and cell_payload.engine_failed(payload))
+    return ("failed" if failed else "error"), _failure_reason(report)
 
 
 def _should_replace(cell: dict[str, Any], when: str, outcome: str) -> bool:

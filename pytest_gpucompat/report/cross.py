@@ -8,7 +8,7 @@ one (the H200 with the A100, vLLM 0.25 with 0.26), with the precision suite's fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from .. import outputs
@@ -45,16 +45,16 @@ def pair(first: CellRecord, second: CellRecord) -> RunnerPair | None:
     """The two cells compared; None when either kept no outputs (not a precision cell, or an older report)."""
     a, bad_a = cell_outputs(first)
     b, bad_b = cell_outputs(second)
-    base = {"nodeid": first.nodeid, "test": first.test or first.nodeid, "engine": first.engine,
-            "params": first.params, "first": first.runner, "second": second.runner}
+    base = RunnerPair(nodeid=first.nodeid, test=first.test or first.nodeid, engine=first.engine,
+                      params=first.params, first=first.runner, second=second.runner)
     if bad_a or bad_b:
-        return RunnerPair(**base, reason=f"malformed outputs: {bad_a or bad_b}")
+        return replace(base, reason=f"malformed outputs: {bad_a or bad_b}")
     if a is None or b is None:
         return None
     why = outputs.why_not_comparable(a, b)
     if why:
-        return RunnerPair(**base, reason=why)
-    return RunnerPair(**base, figures=outputs.drift(a, b), length=a.max_tokens)
+        return replace(base, reason=why)
+    return replace(base, figures=outputs.drift(a, b), length=a.max_tokens)
 
 
 def runner_pairs(report: Report) -> tuple[RunnerPair, ...]:

@@ -333,6 +333,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
 
     lost: list[Change] = []
     gated = {t.metric for t in limits}
+    before: CellRecord | None  # the baseline's cell of a key; None: the cell is new
     for key, before in base.items():
         after = cur.get(key)
         if before.outcome not in GOOD:

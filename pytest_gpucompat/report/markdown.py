@@ -33,9 +33,6 @@ from .text import (
     stack_summary,
 )
 
-#: Engine kernel packages named next to the runners table when a fingerprint has them.
-KERNEL_PACKAGES: tuple[str, ...] = ("flashinfer-python", "sglang-kernel", "xformers", "flash-attn", "triton")
-
 STATUS_WORDS: dict[str, str] = {
     "passed": "passed",
     "failed": "**FAILED**",
@@ -191,12 +188,23 @@ def _installs_notice(report: Report) -> list[str]:
     return ["> [!WARNING]", *[x for line in lines for x in (f"> {_text(line, 2000)}.", ">")][:-1], ""]
 
 
+def kernel_packages() -> tuple[str, ...]:
+    """The engines' kernel packages (some descriptor's `acceleration`) that a fingerprint records by version, in
+    the fingerprint's order: named next to the runners table when a fingerprint has them. Asked of the registry, so
+    a kernel a new engine declares is named too."""
+    from ..engines.registry import descriptors
+    from ..stack import tracked_distributions
+
+    kernels = {name for d in descriptors() for name in d.acceleration}
+    return tuple(key for key in tracked_distributions() if key in kernels)
+
+
 def _environment_lines(report: Report, max_items: int) -> list[str]:
     """Per runner: kernel packages beyond the engines, and the engine environment (the fingerprint's `env`)."""
     out = []
     for name, fp in report.runners.items():
         packages = fp.get("packages") or {}
-        kernels = [f"{k} {packages[k]}" for k in KERNEL_PACKAGES if packages.get(k)]
+        kernels = [f"{k} {packages[k]}" for k in kernel_packages() if packages.get(k)]
         env = fp.get("env") or {}
         if not kernels and not env:
             continue
@@ -220,8 +228,8 @@ def _cell_text(cell: CellRecord, what_if: bool) -> str:
         word += f" (known issue {_code(cell.known_issue['id'], table=True)})"
     if what_if and cell.ran:
         word += " *(ran)*"
-    figures = [format_value(key.metric, float(cell.metrics[key.metric]))
-               for key in KEY_FIGURES if cell.metrics.get(key.metric) is not None]
+    figures = [format_value(key.metric, float(value))
+               for key in KEY_FIGURES if (value := cell.metrics.get(key.metric)) is not None]
     return f"{word}: {_text(', '.join(figures))}" if figures else word
 
 

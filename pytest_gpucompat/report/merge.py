@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from .model import CellRecord, Report
 
@@ -42,7 +43,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     """
     if not reports:
         raise ValueError("nothing to merge: no reports given")
-    runners: dict[str, dict] = {}
+    runners: dict[str, dict[str, Any]] = {}
     cells: list[CellRecord] = []
     taken: set[str] = set()
     for report in reports:

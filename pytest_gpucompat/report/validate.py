@@ -2,24 +2,26 @@
 that matter, by hand: reading needs no `jsonschema`.
 
 `check_report_dict` stops at the first bad field and names it by its JSON path (`$.cells[3].findings[0].severity`),
-so that `load_report` can say what is wrong in one line; `schema.json` is the documented contract and the tests
-check that both agree.
+so that `load_report` can say what is wrong in one line. Which keys a cell and a finding have, and the JSON types
+of each, come from the records (`record.py`): what is written here is only what a type cannot say (enums, the
+items of lists and maps, a runner that must exist). `schema.json` is the documented contract and the tests check
+that all three agree.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..kb.schema import ACTIONS, CONFIDENCES, SEVERITIES  # the knowledge base's vocabularies, defined once
+from .record import CELL_EXTRA, CELL_KEYS, FINDING_KEYS, OUTCOMES, CellRecord, FindingRecord, required_keys
 
 #: Version of the report format this code reads and writes; a reader refuses another one rather than guess.
 SCHEMA_VERSION = 1
 
-# The format's enums: the same lists as schema.json's.
-OUTCOMES: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "skipped", "error", "not-covered")
+# The format's other enum (OUTCOMES is the record's): the same list as schema.json's.
 DEVIATION_SOURCES: tuple[str, ...] = ("cell", "harness", "environment")
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -137,12 +139,8 @@ def _check_fingerprint(fp: Any, path: str) -> None:
 
 def _check_finding(finding: Any, path: str) -> None:
     _type(finding, path, "object")
-    _required(finding, path, ("id", "severity"))
-    _type(finding["id"], _child(path, "id"), "string")
-    _enum(finding["severity"], _child(path, "severity"), SEVERITIES)
-    _enum(finding.get("confidence"), _child(path, "confidence"), CONFIDENCES, nullable=True)
-    _enum(finding.get("action"), _child(path, "action"), ACTIONS, nullable=True)
-    _optional(finding, path, "summary", "string", "null")
+    _required(finding, path, _FINDING_REQUIRED)
+    _check_keys(finding, path, FINDING_KEYS, _FINDING_ENUMS, _FINDING_VALUES)
 
 
 def _check_explanation(entry: Any, path: str) -> None:
@@ -155,52 +153,105 @@ def _check_explanation(entry: Any, path: str) -> None:
         _optional(entry, path, key, "string", "null")
 
 
+def _check_deviation(entry: Any, where: str) -> None:
+    _type(entry, where, "object")
+    for key in ("name", "by"):
+        if key not in entry:
+            raise InvalidField(_child(where, key), "is missing")
+        _type(entry[key], _child(where, key), "string")
+    if entry["by"] not in DEVIATION_SOURCES:
+        known = ", ".join(DEVIATION_SOURCES)
+        raise InvalidField(_child(where, "by"), f"{_show(entry['by'])} is not one of {known}")
+    _optional(entry, where, "why", "string", "null")
+
+
+def _items(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    """A check of every item of a list that has been checked to be one."""
+    def each(values: Any, path: str) -> None:
+        for i, value in enumerate(values):
+            check(value, _child(path, i))
+    return each
+
+
+def _values(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    """A check of every value of an object that has been checked to be one."""
+    def each(values: Any, path: str) -> None:
+        for name, value in values.items():
+            check(value, _child(path, name))
+    return each
+
+
+def _number(value: Any, path: str) -> None:
+    _type(value, path, "number", "null")
+
+
+def _nonempty(value: Any, path: str) -> None:
+    if not value:
+        raise InvalidField(path, "must not be empty")
+
+
+def _series(values: Any, path: str) -> None:
+    _type(values, path, "array")
+    _items(_number)(values, path)
+
+
+def _string(value: Any, path: str) -> None:
+    _type(value, path, "string")
+
+
+def _check_keys(obj: Mapping[str, Any], path: str, keys: Mapping[str, tuple[str, ...]],
+                enums: Mapping[str, tuple[tuple[str, ...], bool]],
+                values: Mapping[str, Callable[[Any, str], None]]) -> None:
+    """Each key of ``keys`` that ``obj`` has: of its JSON types, or for a key of ``enums`` one of its vocabulary
+    (null too where it says so); then what ``values`` says of the value beyond its type."""
+    for key, kinds in keys.items():
+        if key not in obj:
+            continue
+        where = _child(path, key)
+        if key in enums:
+            allowed, nullable = enums[key]
+            _enum(obj[key], where, allowed, nullable)
+        else:
+            _type(obj[key], where, *kinds)
+        check = values.get(key)
+        if check is not None:
+            check(obj[key], where)
+
+
+# What the records' types cannot say: each key's vocabulary (and whether null is allowed), what a value holds.
+_FINDING_REQUIRED = required_keys(FindingRecord)
+_FINDING_ENUMS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "severity": (SEVERITIES, False),
+    "confidence": (CONFIDENCES, True),
+    "action": (ACTIONS, True),
+}
+_FINDING_VALUES: dict[str, Callable[[Any, str], None]] = {}
+_CELL_REQUIRED = required_keys(CellRecord)
+_CELL_KEYS: dict[str, tuple[str, ...]] = {**CELL_KEYS, **CELL_EXTRA}
+_CELL_ENUMS: dict[str, tuple[tuple[str, ...], bool]] = {"outcome": (OUTCOMES, False)}
+_CELL_VALUES: dict[str, Callable[[Any, str], None]] = {
+    "nodeid": _nonempty,
+    "rules": _items(_string),
+    "findings": _items(_check_finding),
+    "explained_by": _items(_check_explanation),
+    "deviations": _items(_check_deviation),
+    "metrics": _values(_number),
+    "series": _values(_series),
+}
+
+#: Every key the validator knows of a cell and of a finding: the records' (and the cell's typed extra keys).
+KNOWN_CELL_KEYS: frozenset[str] = frozenset(_CELL_KEYS)
+KNOWN_FINDING_KEYS: frozenset[str] = frozenset(FINDING_KEYS)
+#: Every key the validator says more of than its type: a test checks each is a known key.
+CHECKED_KEYS: frozenset[str] = frozenset({*_FINDING_ENUMS, *_FINDING_VALUES, *_CELL_ENUMS, *_CELL_VALUES})
+
+
 def _check_cell(cell: Any, path: str, runners: Mapping[str, Any]) -> None:
     _type(cell, path, "object")
-    _required(cell, path, ("nodeid", "outcome", "runner"))
-    _type(cell["nodeid"], _child(path, "nodeid"), "string")
-    if not cell["nodeid"]:
-        raise InvalidField(_child(path, "nodeid"), "must not be empty")
-    _enum(cell["outcome"], _child(path, "outcome"), OUTCOMES)
-    _type(cell["runner"], _child(path, "runner"), "string")
+    _required(cell, path, _CELL_REQUIRED)
+    _check_keys(cell, path, _CELL_KEYS, _CELL_ENUMS, _CELL_VALUES)
     if cell["runner"] not in runners:
         raise InvalidField(_child(path, "runner"), f"{_show(cell['runner'])} is not a key of $.runners")
-    _optional(cell, path, "test", "string")
-    for key in ("engine", "reason", "log_tail", "worker", "when"):
-        _optional(cell, path, key, "string", "null")
-    _optional(cell, path, "params", "object")
-    _optional(cell, path, "axes", "object")
-    _optional(cell, path, "duration_s", "number", "null")
-    _optional(cell, path, "rules", "array")
-    for i, rule in enumerate(cell.get("rules") or ()):
-        _type(rule, _child(_child(path, "rules"), i), "string")
-    _optional(cell, path, "findings", "array")
-    for i, finding in enumerate(cell.get("findings") or ()):
-        _check_finding(finding, _child(_child(path, "findings"), i))
-    _optional(cell, path, "explained_by", "array")
-    for i, entry in enumerate(cell.get("explained_by") or ()):
-        _check_explanation(entry, _child(_child(path, "explained_by"), i))
-    _optional(cell, path, "deviations", "array")
-    for i, entry in enumerate(cell.get("deviations") or ()):
-        where = _child(_child(path, "deviations"), i)
-        _type(entry, where, "object")
-        for key in ("name", "by"):
-            if key not in entry:
-                raise InvalidField(_child(where, key), "is missing")
-            _type(entry[key], _child(where, key), "string")
-        if entry["by"] not in DEVIATION_SOURCES:
-            known = ", ".join(DEVIATION_SOURCES)
-            raise InvalidField(_child(where, "by"), f"{_show(entry['by'])} is not one of {known}")
-        _optional(entry, where, "why", "string", "null")
-    _optional(cell, path, "outputs", "object", "null")  # what is inside: outputs.from_cell, naming the cell
-    _optional(cell, path, "metrics", "object")
-    for name, value in (cell.get("metrics") or {}).items():
-        _type(value, _child(_child(path, "metrics"), name), "number", "null")
-    _optional(cell, path, "series", "object")
-    for name, values in (cell.get("series") or {}).items():
-        _type(values, _child(_child(path, "series"), name), "array")
-        for i, value in enumerate(values):
-            _type(value, _child(_child(_child(path, "series"), name), i), "number", "null")
 
 
 def check_report_dict(data: Any) -> None:

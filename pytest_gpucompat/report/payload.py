@@ -1,0 +1,152 @@
+"""What a worker tells the report writer about a cell, and how the writer folds it into the cell it builds.
+
+A worker attaches a payload to the report of each phase of a cell (setup, call, teardown): pytest-xdist carries
+``user_properties`` to the controller, which never sees the items. The collector (``collector.py``) keeps one dict
+per cell, starts it from the first payload (`new_cell`), merges each later one into it (`merge`) and makes the
+cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names, the
+cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
+`CellRecord` that a fixture notes under its name (``fixtures.note``) travels without a line here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+from .record import CELL_KEYS, FindingRecord
+
+if TYPE_CHECKING:
+    from ..kb.verdicts import Finding
+    from ..matrix import Cell
+
+ENGINE_FAILED = "engine_failed"
+"""The one payload key that is no key of the record: the cell's engine failed (the log tail is its log's), so a
+setup that failed is a failed cell rather than an error. The collector reads it for the outcome and does not keep it."""
+
+# What the report writer learns from pytest's reports of the cell rather than from a payload.
+_FROM_REPORTS = frozenset({"nodeid", "test", "outcome", "reason", "duration_s", "worker", "when", "explained_by"})
+# What the payload builds itself, from the cell's live values.
+_BUILT = frozenset({"engine", "params", "axes", "rules", "findings", "metrics", "series", "log_tail", "runner"})
+# A note under one of these names is that field of the record (``deviations``, and any field added later).
+_NOTED_FIELDS = frozenset(CELL_KEYS) - _FROM_REPORTS - _BUILT
+# The keys a payload may set in the collector's cell.
+_CARRIED = frozenset(CELL_KEYS) - _FROM_REPORTS | {"extra"}
+_ADDED = frozenset({"metrics", "series"})  # a later phase adds figures to those measured before
+_LISTED = frozenset({"rules", "findings"})  # each payload has all of them so far
+
+
+class LiveCell(Protocol):
+    """What a worker knows of a cell while it runs (``state.CellState``): the values the payload is built from."""
+
+    cell: Cell
+    findings: tuple[Finding, ...]
+    flagged: tuple[Finding, ...]  # measured while the cell ran (gpucompat_flag): findings, but no rules
+    metrics: dict[str, float]
+    series: dict[str, list[float | None]]
+    info: dict[str, Any]  # what the engine said of its start: the record's extra key engine_info
+    notes: dict[str, Any]  # fields of the record by their names, and the cell's other keys
+    log_tail: str | None
+    engine_failed: bool
+
+
+CELL_KEY: pytest.StashKey[LiveCell] = pytest.StashKey()
+"""Where a collected item keeps its live cell (``state.cell_key``, the same key typed as ``CellState``): here so
+that the collector, which reads the payloads of an item stopped in its setup and of a worker's collected cells,
+depends on the report package alone."""
+
+
+def plain(value: Any) -> Any:
+    """Only JSON types: pytest-xdist's channel refuses anything else (torch's TorchVersion, a Path, a dtype)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def fixed_part(cs: LiveCell) -> dict[str, Any]:
+    """The part of the payload that changes only with the cell's findings: the cell and every finding so far, so
+    that the last payload the report writer sees has them all."""
+    return {
+        **plain(cs.cell.to_dict()),
+        "rules": [f.id for f in cs.findings],
+        "findings": [FindingRecord.from_finding(f).to_dict() for f in (*cs.findings, *cs.flagged)],
+    }
+
+
+def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+    """The part measured and noted while the cell runs. The engine's info and the worker's GPUs are keys of the
+    record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
+    fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
+    extra = {k: v for k, v in cs.notes.items() if k not in _NOTED_FIELDS}
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    extra.update((k, v) for k, v in (("engine_info", cs.info), ("gpu", gpu)) if v)
+    return {"metrics": cs.metrics, "series": cs.series, "log_tail": cs.log_tail, **fields, "extra": extra,
+            "runner": runner, ENGINE_FAILED: cs.engine_failed}
+
+
+def build(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+    """The whole payload as a dict: what a worker leaves of its collected cells (``collector.share_cells``) and what
+    the controller takes of a cell stopped in its setup."""
+    return {**fixed_part(cs), **live_part(cs, runner)}
+
+
+def fixed_text(cs: LiveCell) -> str:
+    """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`."""
+    return json.dumps(fixed_part(cs), default=str)[1:-1]
+
+
+_EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
+"""`live_part` as JSON text for a cell with nothing measured or noted (most phases of most cells), per (runner,
+CUDA_VISIBLE_DEVICES): made once rather than per phase."""
+
+
+def text(fixed: str, cs: LiveCell, runner: str | None) -> str:
+    """The payload as JSON text, from `fixed_text` and the live values.
+
+    Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the garbage
+    collector never walks, where a dict of dicts and lists is a dozen walked by every full collection (on 10,000
+    cells, full collections are the largest part of the plugin's cost). xdist sends it as it is."""
+    if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
+        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        live = _EMPTY_LIVE.get(key) or _EMPTY_LIVE.setdefault(key, json.dumps(live_part(cs, runner), default=str)[1:])
+    else:
+        live = json.dumps(live_part(cs, runner), default=str)[1:]
+    return "{" + fixed + "," + live
+
+
+def new_cell(nodeid: str, worker: str | None, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The report writer's cell, in the record's JSON form, from the first payload it has of it (``{}``: a cell that
+    sent none, whose worker died before it could). An error until a report says otherwise."""
+    cell: dict[str, Any] = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
+                            "metrics": {}, "series": {}, "duration_s": 0.0, "worker": worker}
+    merge(cell, payload)
+    return cell
+
+
+def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
+    """Fold a later phase's payload into the cell: its figures add to those measured before, its rules and findings
+    (all so far) replace the cell's, and anything else it says replaces what the cell had; what it leaves empty
+    changes nothing (a worker's values only grow, and a cell's engine and parameters never change)."""
+    for key, value in payload.items():
+        if key in _ADDED:
+            cell[key].update(value or {})
+        elif key in _LISTED:
+            cell[key] = value or ()  # one shared empty tuple, not a list per cell for every full collection to walk
+        elif key in _CARRIED and value:
+            cell[key] = value
+
+
+def engine_failed(payload: Mapping[str, Any]) -> bool:
+    """Whether the payload says the cell's engine failed (`ENGINE_FAILED`)."""
+    return bool(payload.get(ENGINE_FAILED))

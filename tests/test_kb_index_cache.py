@@ -1,0 +1,118 @@
+"""What ``kb.index`` remembers between cells: every answer must stay the rule-by-rule reference's.
+
+A cell's parameters are remembered by their exact content (``marshal``), result masks become rules through their
+halves and quarters (``kb.rulesets``), and fingerprints are recognised by identity. These tests ask in the orders
+that would expose a cache answering for the wrong cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+import types
+from typing import Any
+
+from pytest_gpucompat.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.kb import Facts, KnowledgeBase, Rule, load_kb, matching_rules, parse_rule, rule_matches
+
+A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
+H200 = GPU(index=1, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
+
+
+def _rule(**overrides: Any) -> Rule:
+    raw = {"id": "r1", "summary": "s", "severity": "broken", "failure": "crash", "confidence": "upstream",
+           "sources": [{"kind": "doc", "ref": "x"}]}
+    raw.update(overrides)
+    return parse_rule(raw, "test.yaml")
+
+
+def _ids(kb: KnowledgeBase, fp: Fingerprint, engine: str | None, params: Any) -> list[str]:
+    return [r.id for r in matching_rules(kb, fp, engine, params)]
+
+
+def _reference(kb: KnowledgeBase, fp: Fingerprint, engine: str | None, params: Any) -> list[str]:
+    return [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, {**fp.params, **dict(params)})]
+
+
+class _Level(enum.IntEnum):
+    TWO = 2
+
+
+class _Shouty(str):
+    def __str__(self) -> str:
+        return "FP8-SHOUTY"
+
+
+KB = KnowledgeBase(rules=(
+    _rule(id="kv-fp8", when={"params": {"kv_cache_dtype": ["fp8"]}}),
+    _rule(id="kv-unset", when={"params": {"kv_cache_dtype": [None]}}),
+    _rule(id="kv-bytes", when={"params": {"kv_cache_dtype": ["b'fp8'"]}}),  # str(b"fp8"), not a bytearray's
+    _rule(id="tp-two", when={"params": {"tensor_parallel_size": ["2"]}}),
+    _rule(id="tp-true", when={"params": {"tensor_parallel_size": [True]}}),
+    _rule(id="tp-ge-2", when={"params": {"tensor_parallel_size": ">=2"}}),
+    _rule(id="needs-2", when={"needs": {"gpus": ["tensor_parallel_size"]}}),
+))
+
+
+def test_values_marshal_writes_alike_or_refuses_still_get_their_own_answers():
+    """Values that marshal writes as bytes (bytes, bytearray, memoryview) or refuses (subclasses, enums), and
+    values equal in Python but not to the conditions, each in turn after the others were remembered."""
+    values: list[Any] = ["fp8", b"fp8", bytearray(b"fp8"), memoryview(b"fp8"), _Shouty("fp8"), 2, 2.0, "2", True, 1,
+                         _Level.TWO, (2,), [2], {"n": 2}, frozenset({2}), None, float("nan"), -0.0, 0.0, 10**30]
+    cells = [{name: v} for v in values for name in ("kv_cache_dtype", "tensor_parallel_size")]
+    cells += [{"kv_cache_dtype": v, "tensor_parallel_size": w} for v in values[:6] for w in values[5:12]]
+    fps = [Fingerprint(), Fingerprint(gpus=(A100,)), Fingerprint(gpus=(A100, H200))]
+    for _ in range(2):
+        for fp in fps:
+            for params in cells + cells[::-1]:
+                assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), (fp, params)
+
+
+def test_a_parameter_dict_changed_between_cells_is_judged_by_what_it_holds_now():
+    """The same dict object, changed in place to equal values of other types and to other names."""
+    fp = Fingerprint(gpus=(A100,))
+    params: dict[str, Any] = {"tensor_parallel_size": 2}
+    for change in ({"tensor_parallel_size": True}, {"tensor_parallel_size": 1}, {"tensor_parallel_size": 2.0},
+                   {"tensor_parallel_size": "2"}, {"kv_cache_dtype": "fp8"}, {"tensor_parallel_size": None}):
+        assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), params
+        params.update(change)
+        assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), params
+
+
+def test_mappings_that_are_not_dicts_and_fingerprint_parameters():
+    """A read-only mapping, a dict subclass and a fingerprint's own ``params`` (merged under the cell's)."""
+    class Params(dict[str, Any]):
+        pass
+
+    for fp in (Fingerprint(gpus=(A100,)), Fingerprint(gpus=(A100,), params={"tensor_parallel_size": 2})):
+        for params in (types.MappingProxyType({"kv_cache_dtype": "fp8"}), Params(tensor_parallel_size=True), {},
+                       {"tensor_parallel_size": 1}):
+            assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), (fp, params)
+
+
+def test_knowledge_bases_of_every_size_give_the_rules_in_order():
+    """Result masks become rules through halves and quarters of the mask: sizes around their boundaries, and more
+    than 256 rules (quarters wider than 64 bits), against the reference."""
+    base = load_kb().rules
+    rng = random.Random(11)
+    fps = [Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"}),
+           Fingerprint(gpus=(H200, H200), driver="580.159.04", cuda_driver="13.0", packages={"vllm": "0.26.0"})]
+    cells = [{}, {"kv_cache_dtype": "fp8", "tensor_parallel_size": 2}, {"dtype": "bfloat16", "enforce_eager": True}]
+    for size in (0, 1, 2, 3, 63, 64, 65, 129, 256, 257, 700):
+        rules = tuple(dataclasses.replace(base[rng.randrange(len(base))], id=f"r{i}") for i in range(size))
+        kb = KnowledgeBase(rules=rules)
+        for fp in fps:
+            for params in cells:
+                for engine in (None, "vllm", "sglang"):
+                    assert _ids(kb, fp, engine, params) == _reference(kb, fp, engine, params), (size, engine)
+
+
+def test_an_equal_fingerprint_made_again_gets_the_same_answer():
+    """Fingerprints are recognised by identity: an equal one made again gets the same answer as the first."""
+    kb = load_kb()
+    params = {"kv_cache_dtype": "fp8"}
+    first = Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"})
+    again = Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"})
+    assert first == again and first is not again
+    assert _ids(kb, first, "vllm", params) == _ids(kb, again, "vllm", params) == _reference(kb, again, "vllm", params)
