@@ -40,7 +40,7 @@ from pytest_gpucompat.checks.ownership import OWNER_ENV
 from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.engines.isolation import run_in_child
-from pytest_gpucompat.models import build_perturbed_model, build_tiny_model, fixed_prompts, model_vocab_size
+from pytest_gpucompat.workload.models import build_perturbed_model, build_tiny_model, fixed_prompts, model_vocab_size
 
 MIB = 1024 * 1024
 PLANT_MIB = 1.0

@@ -279,7 +279,7 @@ PARAM_CHOICES: dict[str, list[Any]] = {
 
 
 def generate_fingerprints(rng: random.Random, n: int) -> list[Any]:
-    from pytest_gpucompat.fingerprint import GPU, Fingerprint
+    from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
     out = []
     for i in range(n):
@@ -509,7 +509,7 @@ def bench_overhead(a: int, b: int, runs: int, keep: bool = False) -> dict[str, A
 
 def _gpu_present() -> tuple[bool, str]:
     try:
-        from pytest_gpucompat.fingerprint import collect
+        from pytest_gpucompat.machine.fingerprint import collect
 
         fp = collect("bench")
     except Exception as exc:  # pragma: no cover - collect never raises
@@ -616,7 +616,7 @@ and shared caches, the serial run's first engine start took 63 s, the packed run
 def fresh_caches(root: Path) -> dict[str, str]:
     """An environment whose compile caches are empty folders under ``root``; the built test models stay where they
     are (they are the run's input, not compiled code), as does the Hugging Face cache."""
-    from pytest_gpucompat.paths import cache_dir
+    from pytest_gpucompat.common.paths import cache_dir
 
     env = {name: str(root / name.lower()) for name in COMPILE_CACHES}
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -687,7 +687,7 @@ def bench_packing(timeout: int, extra_args: Sequence[str] = (), workers_per_gpu:
     if not ok:
         return {"gpu_packing_speedup": None, "gpu_packing_wall_ratio": None, "gpu_packing_speedup_reason": what}
     with contextlib.suppress(Exception):  # the tiny model is built once, before either run is timed
-        from pytest_gpucompat.models import resolve_models
+        from pytest_gpucompat.workload.models import resolve_models
 
         resolve_models(["tiny-qwen2"])
     packed = ["-n", "auto", "--gpucompat-workers-per-gpu", workers_per_gpu]

@@ -51,7 +51,7 @@ def big_kb(directory: Path, factor: int) -> tuple[Path, int]:
 
     import yaml
 
-    from pytest_gpucompat.paths import matrices_dir
+    from pytest_gpucompat.common.paths import matrices_dir
 
     directory.mkdir(parents=True, exist_ok=True)
     rules = 0

@@ -14,8 +14,8 @@ __version__ = "0.1.0"
 
 _PUBLIC: dict[str, tuple[str, str]] = {
     # the machine and the test matrix
-    "Fingerprint": ("fingerprint", "Fingerprint"),
-    "Cell": ("matrix", "Cell"),
+    "Fingerprint": ("machine.fingerprint", "Fingerprint"),
+    "Cell": ("workload.matrix", "Cell"),
     # the knowledge base's answer for a cell, for pytest_gpucompat_decide implementations
     "Decision": ("kb.verdicts", "Decision"),
     "Finding": ("kb.verdicts", "Finding"),
@@ -27,9 +27,9 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     # what the suites use besides the fixtures
     "engine_spec": ("fixtures", "engine_spec"),
     "reference_engine": ("fixtures", "reference_engine"),
-    "fixed_prompts": ("models", "fixed_prompts"),
-    "model_vocab_size": ("models", "model_vocab_size"),
-    "round_metrics": ("metrics", "round_metrics"),
+    "fixed_prompts": ("workload.models", "fixed_prompts"),
+    "model_vocab_size": ("workload.models", "model_vocab_size"),
+    "round_metrics": ("common.metrics", "round_metrics"),
     "env_int": ("options", "env_int"),
     "compare_generations": ("checks.compare", "compare_generations"),
     "cosine_similarity": ("checks.compare", "cosine_similarity"),

@@ -11,12 +11,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .errors import InputError, visible
+from .common.errors import InputError, visible
+from .common.textfit import fit
 from .options import CLI, add_options
-from .textfit import fit
 
 if TYPE_CHECKING:
-    from .fingerprint import Fingerprint
+    from .machine.fingerprint import Fingerprint
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,13 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from .fingerprint import collect
+    from .machine.fingerprint import collect
 
     fp = collect(args.runner)
     print(json.dumps(fp.to_dict(), indent=2) if args.json else format_fingerprint(fp))
     if not args.topology:
         return 0
-    from .topology import compare, nvidia_smi_topology
+    from .machine.topology import compare, nvidia_smi_topology
 
     topo, reason = nvidia_smi_topology()
     out = sys.stderr if args.json else sys.stdout
@@ -176,8 +176,8 @@ def format_fingerprint(fp: Fingerprint) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import fingerprint
     from .kb import check, evaluate_machine, load_kb
+    from .machine import fingerprint
 
     if args.to and not args.args:
         raise InputError("--to", None, "needs --args: the command line to check against that release")
@@ -227,9 +227,9 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from .common.versions import normalize_package
     from .engines.registry import kb_engine_names
     from .kb import filter_rules, finding_for, load_kb
-    from .versions import normalize_package
 
     known = (*kb_engine_names(), "none")
     if args.engine is not None and normalize_package(args.engine) not in known:

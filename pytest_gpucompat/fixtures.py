@@ -19,18 +19,18 @@ import pytest
 
 from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .engines.registry import drives_server, reference_name
-from .fingerprint import Fingerprint
-from .matrix import Cell
+from .machine.fingerprint import Fingerprint
 from .options import Settings
-from .state import CellState, cell_key, plain, run_state
+from .session.state import CellState, cell_key, plain, run_state
+from .workload.matrix import Cell
 
 if TYPE_CHECKING:
     from .engines.base import Engine
     from .engines.pool import EnginePool
-    from .golden_run import CellGolden
     from .kb import Finding
-    from .prompts import PromptSet
-    from .reference import Choice
+    from .session.golden_run import CellGolden
+    from .workload.prompts import PromptSet
+    from .workload.reference import Choice
 
 _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
@@ -50,7 +50,7 @@ def gpucompat_cell(request: pytest.FixtureRequest) -> Cell:
 def gpucompat_fingerprint(pytestconfig: pytest.Config) -> Fingerprint:
     state = run_state(pytestconfig)
     if state is None:
-        from .fingerprint import collect
+        from .machine.fingerprint import collect
 
         return collect()
     return state.fingerprint
@@ -118,7 +118,7 @@ def gpucompat_model(request: pytest.FixtureRequest) -> Path:
     name = getattr(request, "param", None)
     if name is None:
         pytest.skip(_DISABLED)
-    from .models import resolve_models
+    from .workload.models import resolve_models
 
     try:
         return resolve_models([name])[0]
@@ -138,7 +138,7 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
     """Where engine starts, child runs and heartbeats are said (announce.Announcer): through the terminal reporter
     in the main process, on stderr in an xdist worker; an engine start only at -v or once it is slow, so that
     pytest's line of results is not split by every start."""
-    from .announce import Announcer
+    from .session.announce import Announcer
 
     return Announcer.for_config(config)
 
@@ -146,9 +146,9 @@ def announcer(config: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def gpucompat_pool(pytestconfig: pytest.Config) -> Iterator[EnginePool]:
     """One started engine per (engine, model, params) for the whole session, stopped at its end."""
-    from .boundaries import watch
     from .engines.pool import EnginePool
-    from .sharing import attach_pool, share_for
+    from .session.boundaries import watch
+    from .session.sharing import attach_pool, share_for
 
     timeout = settings(pytestconfig).timeout
     share = share_for(pytestconfig)  # workers sharing a GPU: each engine reserves its memory first
@@ -176,7 +176,7 @@ def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any
     endpoint = settings(config).endpoint
     if drives_server(cell.engine) and endpoint and "endpoint" not in params:
         params["endpoint"] = endpoint
-    from .sharing import sized_for_sharing
+    from .session.sharing import sized_for_sharing
 
     return sized_for_sharing(config, EngineSpec(engine=cell.engine, model=str(model), params=params))
 
@@ -296,7 +296,7 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """
     from .engines import missing_module
     from .engines.isolation import run_in_child
-    from .sharing import engine_lives
+    from .session.sharing import engine_lives
 
     timeout = settings(request.config).timeout
     cs = _cell_state(request)
@@ -362,8 +362,8 @@ def gpucompat_prompts(request: pytest.FixtureRequest, gpucompat_model: Path) -> 
     """What the precision checks ask this model: fixed token ids for a tiny built model; for a checkpoint, text (the
     built-in set, or --gpucompat-prompts) tokenized by its own tokenizer, chats through its chat template. Made once
     per model; each cell's report says it as text and ids (``prompts``)."""
-    from .errors import InputError
-    from .prompts import prompt_set_for
+    from .common.errors import InputError
+    from .workload.prompts import prompt_set_for
 
     sets = request.config.stash.setdefault(_prompt_sets, {})
     key = str(gpucompat_model)
@@ -384,7 +384,7 @@ def gpucompat_reference_choice(request: pytest.FixtureRequest, gpucompat_model: 
     """Which reference fits this runner (float32 on the GPU or the CPU, bfloat16, or none: golden-only), from the
     checkpoint's size and the free memory, decided once per model and session (the reference then stays loaded),
     after the cell's engine has taken its memory; said in each cell's report (``reference``)."""
-    from .reference import choose_for
+    from .workload.reference import choose_for
 
     choices = request.config.stash.setdefault(_choices, {})
     key = str(gpucompat_model)
@@ -414,7 +414,7 @@ def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpuco
                      gpucompat_prompts: PromptSet, gpucompat_record: Callable[[str, float], None]) -> CellGolden:
     """The cell's golden outputs: ``check`` against --gpucompat-golden and ``record`` into --gpucompat-record-golden
     (each a no-op without its option)."""
-    from .golden_run import CellGolden
+    from .session.golden_run import CellGolden
 
     state = run_state(request.config)
     return CellGolden(run=state.golden if state is not None else None, cell=gpucompat_cell, model=gpucompat_model,

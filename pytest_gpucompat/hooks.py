@@ -11,9 +11,9 @@ import pytest
 
 if TYPE_CHECKING:
     from .engines.base import EngineSpec
-    from .fingerprint import Fingerprint
     from .kb import Decision, Finding
-    from .matrix import Cell
+    from .machine.fingerprint import Fingerprint
+    from .workload.matrix import Cell
 
 
 @pytest.hookspec(firstresult=True)
@@ -66,7 +66,7 @@ def pytest_gpucompat_gpu_need(config: pytest.Config, spec: EngineSpec, total_mib
     Called in a pytest-xdist worker that shares its GPU (``--gpucompat-workers-per-gpu``) before each engine it
     starts; ``total_mib`` is the memory of the worker's GPU. The engine starts once this much fits beside what the
     run's other engines reserved. Return None for the built-in estimate from the engine's descriptor
-    (``pytest_gpucompat.packing.engine_need``: vLLM ``gpu_memory_utilization`` × total, SGLang
+    (``pytest_gpucompat.gpushare.packing.engine_need``: vLLM ``gpu_memory_utilization`` × total, SGLang
     ``mem_fraction_static`` × total, TensorRT-LLM its weights and ``free_gpu_memory_fraction`` of the rest,
     transformers its weights in the cell's dtype, each plus an overhead); ``float("inf")`` gives the engine a GPU of
     its own.

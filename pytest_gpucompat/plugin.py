@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from . import boundaries, interrupt, options, sharing, xdist_support
+from . import options
+from .common.errors import InputError
 from .engines.base import EngineFailed
-from .errors import InputError
+from .gpushare.ledger import GpuWaitTimeout
 from .kb import WEIGHTS_PARAM
-from .ledger import GpuWaitTimeout
-from .matrix import cells_from_marker
-from .state import NOT_COVERED, build_run_state, cell_key, run_key, run_state
+from .session import boundaries, interrupt, sharing, xdist_support
+from .session.state import NOT_COVERED, build_run_state, cell_key, run_key, run_state
+from .workload.matrix import cells_from_marker
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -60,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
         boundaries.watch(config)  # each test's setup and teardown take part in the sharing
     config.stash[run_key] = build_run_state(config)
     if not hasattr(config, "workerinput"):
-        from .report.collector import ReportCollector
+        from .session.collector import ReportCollector
 
         config.pluginmanager.register(ReportCollector(config, config.stash[run_key]), "gpucompat-report")
 
@@ -152,8 +153,8 @@ def _model_facts(model: Any, cell: Any, cache: dict[tuple[str, Any], dict[str, A
         return None
     key = (model, cell.params.get("dtype"))
     if key not in cache:
-        from .checkpoint import weights_mib
-        from .models import planned_shape
+        from .workload.checkpoint import weights_mib
+        from .workload.models import planned_shape
 
         facts: dict[str, Any] = dict(planned_shape(model))
         if os.path.isdir(model):
@@ -168,12 +169,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = run_state(session.config)
     if state is None:
         return
-    from .report.collector import share_cells
+    from .session.collector import share_cells
 
     share_cells(session.config, session.items, state.fingerprint.name)  # for an xdist controller, if one asks
     if not state.fleet:
         return
-    from .fleet import format_fleet_preview
+    from .session.fleet import format_fleet_preview
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucompat import boundaries
+from pytest_gpucompat.session import boundaries
 
 
 def test_a_run_without_sharing_or_engines_has_no_per_test_hooks_until_a_pool_exists(pytester: pytest.Pytester):

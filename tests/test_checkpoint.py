@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat import checkpoint
-from pytest_gpucompat.checkpoint import (
+from pytest_gpucompat.workload import checkpoint
+from pytest_gpucompat.workload.checkpoint import (
     computation_config,
     config_digest,
     model_identity,

@@ -18,7 +18,7 @@ from pytest_gpucompat.checks.memory import MemorySample
 from pytest_gpucompat.checks.ownership import DeviceSnapshot, GpuProcess, Scope, current_scope, owned_pids
 from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.engines.processes import start_time
-from pytest_gpucompat.models import build_tiny_model, fixed_prompts, model_vocab_size
+from pytest_gpucompat.workload.models import build_tiny_model, fixed_prompts, model_vocab_size
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 ESCAPE = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(120)\nos._exit(0)\n"

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from pytest_gpucompat.cli import main
+from pytest_gpucompat.common.textfit import fit, shorten_middle
 from pytest_gpucompat.report.diff import diff_reports, format_diff
 from pytest_gpucompat.report.io import load_report, write_report_atomic
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.thresholds import parse_fail_on
-from pytest_gpucompat.textfit import fit, shorten_middle
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 NODE = "suites/test_smoke.py::test_generates_requested_tokens[tiny-qwen2-vllm-dtype=bfloat16]"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat.metrics import METRICS, markdown_table, round_metrics, spread, spread_name
+from pytest_gpucompat.common.metrics import METRICS, markdown_table, round_metrics, spread, spread_name
 from pytest_gpucompat.report import cli
 from pytest_gpucompat.report.diff import (
     check_thresholds,
@@ -190,6 +190,6 @@ def test_docs_carry_the_registry_table() -> None:
     docs = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     assert markdown_table() in docs, (
         "docs/ci.md's metric table is out of date: paste the output of "
-        "python -c 'from pytest_gpucompat.metrics import markdown_table; print(markdown_table())'"
+        "python -c 'from pytest_gpucompat.common.metrics import markdown_table; print(markdown_table())'"
     )
 

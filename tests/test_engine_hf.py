@@ -12,7 +12,7 @@ from pytest_gpucompat.checks.compare import compare_generations, cosine_similari
 from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.hf import HFEngine
-from pytest_gpucompat.models import build_perturbed_model, build_tiny_model, fixed_prompts
+from pytest_gpucompat.workload.models import build_perturbed_model, build_tiny_model, fixed_prompts
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

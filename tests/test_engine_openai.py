@@ -22,7 +22,7 @@ from _procs import wait_dead
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.openai import OpenAIEngine, cli_flags, free_port
-from pytest_gpucompat.models import tiny_vocab
+from pytest_gpucompat.workload.models import tiny_vocab
 
 pytest.importorskip("requests")
 
@@ -116,7 +116,7 @@ def server_script(tmp_path: Path) -> Path:
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     """A model directory with only the tiny tokenizer (the client maps text keys back to ids through it)."""
-    from pytest_gpucompat import models
+    from pytest_gpucompat.workload import models
 
     pytest.importorskip("tokenizers")
     d = tmp_path / "model"

@@ -11,11 +11,11 @@ import pytest
 from test_checkpoint import checkpoint_dir
 from test_golden import golden
 
-from pytest_gpucompat.checkpoint import model_identity
-from pytest_gpucompat.files import UnsafeTarget, target_problem, write_atomic
-from pytest_gpucompat.golden import record
-from pytest_gpucompat.ledger import LEDGER, Ledger
+from pytest_gpucompat.checks.golden_files import record
+from pytest_gpucompat.common.files import UnsafeTarget, target_problem, write_atomic
+from pytest_gpucompat.gpushare.ledger import LEDGER, Ledger
 from pytest_gpucompat.report import io
+from pytest_gpucompat.workload.checkpoint import model_identity
 
 
 def _mode(path: Path) -> int:

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from pytest_gpucompat import fingerprint as fpmod
-from pytest_gpucompat.errors import InputError
+from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.machine import fingerprint as fpmod
 
 
 class NVMLError(Exception):
@@ -115,7 +115,7 @@ def test_visible_devices_applied_to_fingerprint(nvml, monkeypatch):
 
 
 def test_cuda_runtime_from_local_version_without_importing_torch(monkeypatch):
-    from pytest_gpucompat import stack
+    from pytest_gpucompat.machine import stack
 
     monkeypatch.setattr(stack, "_torch_version_file", lambda: None)
     assert fpmod.cuda_runtime_version({"torch": "2.11.0+cu130"}) == "13.0"
@@ -198,7 +198,7 @@ def test_text_form_mentions_reasons():
 
 def test_env_prefixes_come_from_the_registry_plus_the_libraries():
     from pytest_gpucompat.engines.registry import descriptors
-    from pytest_gpucompat.environment import LIBRARY_ENV_PREFIXES, recorded_prefixes
+    from pytest_gpucompat.machine.environment import LIBRARY_ENV_PREFIXES, recorded_prefixes
 
     prefixes = recorded_prefixes()
     for descriptor in descriptors():
@@ -208,7 +208,7 @@ def test_env_prefixes_come_from_the_registry_plus_the_libraries():
 
 
 def test_engine_env_keeps_the_engine_variables_and_redacts_credentials():
-    from pytest_gpucompat.environment import REDACTED, engine_env
+    from pytest_gpucompat.machine.environment import REDACTED, engine_env
 
     environ = {
         "VLLM_ATTENTION_BACKEND": "FLASHINFER", "SGLANG_ENABLE_JIT": "1", "NCCL_P2P_DISABLE": "1",
@@ -252,7 +252,7 @@ def test_kernel_packages_are_tracked(monkeypatch, tmp_path):
     assert packages == {"flash-attn": "2.7.4", "flashinfer-python": "0.2.5", "sglang-kernel": "0.1.9",
                         "vllm": "0.26.0", "xformers": "0.0.29"}
     from pytest_gpucompat.engines.registry import descriptors
-    from pytest_gpucompat.stack import tracked_distributions
+    from pytest_gpucompat.machine.stack import tracked_distributions
 
     for descriptor in descriptors():  # every descriptor's `packages` is tracked under the engine's name
         if descriptor.packages:

@@ -9,11 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.checkpoint import ModelIdentity
 from pytest_gpucompat.checks.golden import judge
-from pytest_gpucompat.engines.base import Generation
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.golden import (
+from pytest_gpucompat.checks.golden_files import (
     FORMAT,
     GoldenFile,
     Recorded,
@@ -24,6 +21,9 @@ from pytest_gpucompat.golden import (
     match_golden,
     record,
 )
+from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.engines.base import Generation
+from pytest_gpucompat.workload.checkpoint import ModelIdentity
 
 MODEL = ModelIdentity(name="qwen2-abc", weights="a" * 64, config="c" * 64, tokenizer="t" * 64)
 PROMPTS = "p" * 64

@@ -10,16 +10,24 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat import outputs
-from pytest_gpucompat.checkpoint import ModelIdentity
+from pytest_gpucompat.checks import outputs
 from pytest_gpucompat.checks.golden import backend_difference, judge
+from pytest_gpucompat.checks.golden_files import (
+    GoldenFile,
+    Recorded,
+    dumps,
+    load_golden,
+    load_golden_source,
+    parse,
+    record,
+)
 from pytest_gpucompat.engines.base import Generation, RunInfo
-from pytest_gpucompat.golden import GoldenFile, Recorded, dumps, load_golden, load_golden_source, parse, record
-from pytest_gpucompat.golden_run import CellGolden, GoldenRun
-from pytest_gpucompat.matrix import Cell
-from pytest_gpucompat.prompts import Prompt, PromptSet
 from pytest_gpucompat.report.golden import check_report, checks_json, with_checks
 from pytest_gpucompat.report.model import Report
+from pytest_gpucompat.session.golden_run import CellGolden, GoldenRun
+from pytest_gpucompat.workload.checkpoint import ModelIdentity
+from pytest_gpucompat.workload.matrix import Cell
+from pytest_gpucompat.workload.prompts import Prompt, PromptSet
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 MODEL = ModelIdentity(name="qwen2-abc", weights="a" * 64, config="c" * 64, tokenizer="t" * 64)

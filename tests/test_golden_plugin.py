@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import requires
 
+from pytest_gpucompat.checks.golden_files import GoldenFile, Recorded, record
 from pytest_gpucompat.engines.base import EngineSpec
-from pytest_gpucompat.golden import GoldenFile, Recorded, record
-from pytest_gpucompat.golden_run import GoldenRun
-from pytest_gpucompat.models import build_tiny_model
-from pytest_gpucompat.prompts import prompt_set_for
+from pytest_gpucompat.session.golden_run import GoldenRun
+from pytest_gpucompat.workload.models import build_tiny_model
+from pytest_gpucompat.workload.prompts import prompt_set_for
 
 SUITE = (Path(__file__).resolve().parent.parent / "suites" / "test_precision.py").read_text(encoding="utf-8")
 BF16 = ("-k", "logprobs and hf and bfloat16", "-p", "no:randomly")
@@ -106,7 +106,7 @@ PERTURBED = textwrap.dedent("""
 
     from pytest_gpucompat.engines.base import EngineSpec
     from pytest_gpucompat.engines.hf import HFEngine
-    from pytest_gpucompat.models import build_perturbed_model
+    from pytest_gpucompat.workload.models import build_perturbed_model
 
 
     class PerturbedHF(HFEngine):
@@ -149,7 +149,7 @@ def test_a_malformed_golden_file_stops_the_run_in_one_line(pytester: pytest.Pyte
 NO_MEMORY = textwrap.dedent("""
     import importlib
 
-    reference = importlib.import_module("pytest_gpucompat.reference")  # the module the fixtures will import
+    reference = importlib.import_module("pytest_gpucompat.workload.reference")  # the module the fixtures will import
 
     _saved = {}
 

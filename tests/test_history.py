@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.fingerprint import Fingerprint
+from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.kb import evaluate_cell, load_kb
 from pytest_gpucompat.kb.cmdline import check_command, engine_of, given_flags, target_fingerprint
 from pytest_gpucompat.kb.history import load_history
 from pytest_gpucompat.kb.lint import lint_rules
 from pytest_gpucompat.kb.settings import setting_rules
+from pytest_gpucompat.machine.fingerprint import Fingerprint
 
 RELEASES = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"]
 HISTORY = {

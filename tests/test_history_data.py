@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucompat.fingerprint import Fingerprint
 from pytest_gpucompat.kb import evaluate_cell, load_kb
 from pytest_gpucompat.kb.cmdline import check_command
 from pytest_gpucompat.kb.history import load_history
 from pytest_gpucompat.kb.lint import lint_rules
-from pytest_gpucompat.matrix import load_named_matrices
+from pytest_gpucompat.machine.fingerprint import Fingerprint
+from pytest_gpucompat.workload.matrix import load_named_matrices
 
 
 @pytest.mark.parametrize("engine, first", [("vllm", "0.2.0"), ("sglang", "0.1.12")])

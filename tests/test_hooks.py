@@ -8,7 +8,7 @@ import pytest
 
 FAKE_GPUS = """
 import dataclasses
-import pytest_gpucompat.fingerprint as fingerprint
+import pytest_gpucompat.machine.fingerprint as fingerprint
 
 _collect = fingerprint.collect
 

@@ -20,11 +20,11 @@ import pytest
 
 from pytest_gpucompat.checks.compare import load_thresholds
 from pytest_gpucompat.cli import main
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.matrix import load_named_matrices
+from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.report import markdown as md_module
 from pytest_gpucompat.report.io import load_report, write_failure_message
 from pytest_gpucompat.report.model import Report, ReportError
+from pytest_gpucompat.workload.matrix import load_named_matrices
 
 HOSTILE = Path(__file__).parent / "hostile"
 TIME_LIMIT_S = 10.0
@@ -393,7 +393,7 @@ def test_report_path_is_checked_before_any_test(pytester: pytest.Pytester, where
 
 FULL_DISK_CONFTEST = """
 import errno
-import pytest_gpucompat.report.collector as collector
+import pytest_gpucompat.session.collector as collector
 import pytest_gpucompat.report.io as report_io
 
 saved = {}
@@ -557,8 +557,8 @@ def test_a_fifo_is_refused_not_waited_on(kind: str, tmp_path: Path) -> None:
 
 def test_fifo_and_directory_inputs_of_the_loaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """thresholds.yaml, a prompts file and golden files: the readers the CLI does not reach above."""
-    from pytest_gpucompat.golden import load_golden
-    from pytest_gpucompat.prompts import load_prompts_file
+    from pytest_gpucompat.checks.golden_files import load_golden
+    from pytest_gpucompat.workload.prompts import load_prompts_file
 
     fifo = make_fifo(tmp_path / "thresholds.yaml")
     for load in (load_thresholds, load_prompts_file, load_golden):
@@ -580,7 +580,7 @@ def test_fifo_and_directory_inputs_of_the_loaders(tmp_path: Path, monkeypatch: p
 
 
 def test_a_prompts_file_with_a_lone_surrogate_names_the_line(tmp_path: Path) -> None:
-    from pytest_gpucompat.prompts import load_prompts_file
+    from pytest_gpucompat.workload.prompts import load_prompts_file
 
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"text": "fine"}\n{"text": "bad \\ud800"}\n')

@@ -23,7 +23,6 @@ from types import SimpleNamespace
 import pytest
 from test_checkpoint import checkpoint_dir
 
-from pytest_gpucompat import checkpoint, models, sharing
 from pytest_gpucompat.checks import ownership
 from pytest_gpucompat.cli import main
 from pytest_gpucompat.engines.base import EngineFailed, EngineSpec
@@ -31,6 +30,8 @@ from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.processes import append_log, open_log
 from pytest_gpucompat.report.io import UnsafeTarget, write_text_atomic
 from pytest_gpucompat.report.model import Report
+from pytest_gpucompat.session import sharing
+from pytest_gpucompat.workload import checkpoint, models
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX files and /proc")
 

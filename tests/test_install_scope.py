@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucompat.engines.registry import tracked_packages
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
-from pytest_gpucompat.installs import EngineInstall
 from pytest_gpucompat.kb import load_kb, matching_rules
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.machine.installs import EngineInstall
 
 H200 = GPU(index=0, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-80GB", architecture="ampere", compute_capability="8.0", memory_mib=81920)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.installed import find, normalize, version
+from pytest_gpucompat.common.installed import find, normalize, version
 
 
 def _dist(site: Path, name: str, ver: str, kind: str = "dist-info", header: str | None = None) -> None:

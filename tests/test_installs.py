@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat import fingerprint as fpmod
-from pytest_gpucompat import installs as installs_mod
+from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.common.installed import find, normalize, requirements
 from pytest_gpucompat.engines.registry import descriptors, tracked_packages
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.installed import find, normalize, requirements
-from pytest_gpucompat.installs import EngineInstall, engine_installs
+from pytest_gpucompat.machine import fingerprint as fpmod
+from pytest_gpucompat.machine import installs as installs_mod
+from pytest_gpucompat.machine.installs import EngineInstall, engine_installs
 
 OTHER_PLATFORM = "win32" if sys.platform != "win32" else "linux"
 
@@ -264,7 +264,7 @@ def test_the_json_report_keeps_installs_and_checks_their_types() -> None:
     assert report.runners["ci-h200"]["installs"] == INCOMPLETE
     data = json.loads(report.to_json())
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((Path(fpmod.__file__).parent / "report" / "schema.json").read_text())
+    schema = json.loads((Path(fpmod.__file__).parent.parent / "report" / "schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(data)
     for bad, where in [(["vllm"], ".installs: expected object"),
                        ({"vllm": {"complete": "no"}}, ".installs.vllm.complete: expected boolean or null"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.kb import (
     KnowledgeBase,
     cell_findings,
@@ -14,6 +13,7 @@ from pytest_gpucompat.kb import (
     matching_rules,
     parse_rule,
 )
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 H200 = GPU(index=0, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
 ONE_H200 = Fingerprint(name="one", gpus=(H200,), driver="580.159.04", cuda_driver="13.0", cuda_runtime="13.0",

@@ -13,8 +13,8 @@ import random
 import types
 from typing import Any
 
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.kb import Facts, KnowledgeBase, Rule, load_kb, matching_rules, parse_rule, rule_matches
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
 H200 = GPU(index=1, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)

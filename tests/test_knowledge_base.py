@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.kb import builtin_rule_files, load_kb, load_rule_file, matching_rules
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 KB = load_kb()
 ALL_CLAIMS = {f"S{i:02d}" for i in range(1, 144)}

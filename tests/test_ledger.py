@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat.ledger import GpuWaitTimeout, Ledger, StartGate, holder_alive, holder_id
+from pytest_gpucompat.gpushare.ledger import GpuWaitTimeout, Ledger, StartGate, holder_alive, holder_id
 
 
 class Clock:
@@ -193,7 +193,7 @@ def test_a_holder_gets_its_second_engine_while_an_exclusive_test_waits(tmp_path:
 def test_workers_waiting_on_one_another_give_up_one_not_after_the_whole_wait(tmp_path: Path) -> None:
     """Two workers each hold an engine in use and each ask for room the other holds: nobody will give any back.
     The later request gives up after the stall time (not --gpucompat-gpu-wait's 1800 s), naming the cycle."""
-    from pytest_gpucompat.ledger import STALL_S
+    from pytest_gpucompat.gpushare.ledger import STALL_S
 
     clock, (a, b) = ledgers(tmp_path, "1:1", "2:2")
     a.reserve(("G",), 500.0, "vllm A", lambda: BUDGET, timeout_s=1)

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat import models
-from pytest_gpucompat.checkpoint import computation_config, model_identity, safetensors_header
-from pytest_gpucompat.golden import load_golden_source
-from pytest_gpucompat.models import build_tiny_model, resolve_models
+from pytest_gpucompat.checks.golden_files import load_golden_source
+from pytest_gpucompat.engines.hf import quiet_progress_bars
+from pytest_gpucompat.workload import models
+from pytest_gpucompat.workload.checkpoint import computation_config, model_identity, safetensors_header
+from pytest_gpucompat.workload.models import build_tiny_model, resolve_models
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -71,7 +72,7 @@ def test_the_default_tiny_models_have_head_size_128_and_grouped_query_attention(
 def test_transformers_runs_the_attention_at_that_head_size(cache: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    with models.quiet_progress_bars():
+    with quiet_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(str(build_tiny_model("qwen2", cache)))
     attention = model.model.layers[0].self_attn
     assert attention.head_dim == 128

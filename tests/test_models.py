@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat import models
-from pytest_gpucompat.models import (
+from pytest_gpucompat.engines.hf import quiet_progress_bars
+from pytest_gpucompat.workload import models
+from pytest_gpucompat.workload.models import (
     build_perturbed_model,
     build_tiny_model,
     fixed_prompts,
@@ -200,7 +201,7 @@ def _errors(tmp_path: Path) -> list[ValueError]:
 def test_light_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import pytest_gpucompat.models, pytest_gpucompat.checks.compare, pytest_gpucompat.checks.memory\n"
+        "import pytest_gpucompat.workload.models, pytest_gpucompat.checks.compare, pytest_gpucompat.checks.memory\n"
         "import pytest_gpucompat.engines, pytest_gpucompat.engines.isolation\n"
         "from pytest_gpucompat.engines import create, descriptors\n"
         "for d in descriptors():  # every registered engine's adapter (its module imported on the way)\n"
@@ -222,7 +223,7 @@ def test_a_sized_model_has_a_real_tokenizer_and_a_chat_template(cache: Path) -> 
     """The small size only: the 300m one is for GPU runners (its arithmetic is checked below, not built)."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from pytest_gpucompat.checkpoint import parameter_count
+    from pytest_gpucompat.workload.checkpoint import parameter_count
 
     (path,) = resolve_models(["qwen2-1m"], cache)
     assert path.name.startswith("qwen2-1m-") and resolve_models(["qwen2-1m"], cache) == [path]
@@ -238,7 +239,7 @@ def test_a_sized_model_has_a_real_tokenizer_and_a_chat_template(cache: Path) -> 
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert json.loads((path / models.BUILD_MARKER).read_text())["prompts"] == "text"
     assert 0.8e6 < (parameter_count(path) or 0) < 1.2e6
-    with models.quiet_progress_bars():
+    with quiet_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(str(path))
     assert str(model.dtype) == "torch.bfloat16"
 

@@ -13,13 +13,13 @@ import pytest
 
 import pytest_gpucompat.hooks
 import pytest_gpucompat.plugin
-import pytest_gpucompat.report.collector
+import pytest_gpucompat.session.collector
 
 
 def _hook_functions() -> list[tuple[str, object]]:
     """Every ``pytest_*`` hook implementation the package registers (module-level plugin and plugin classes)."""
     found: list[tuple[str, object]] = []
-    for module in (pytest_gpucompat.plugin, pytest_gpucompat.report.collector):
+    for module in (pytest_gpucompat.plugin, pytest_gpucompat.session.collector):
         for owner in (module, *(c for _, c in inspect.getmembers(module, inspect.isclass)
                                 if c.__module__ == module.__name__)):
             for name, fn in vars(owner).items():

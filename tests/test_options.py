@@ -43,7 +43,7 @@ def test_settings_are_parsed_once_into_the_run_state(pytester: pytest.Pytester) 
     pytester.makeini("[pytest]\ngpucompat_log_dir = kept\ngpucompat_kb = extra.yaml\n")
     pytester.makefile(".yaml", extra="rules: []\n")
     pytester.makeconftest("""
-        from pytest_gpucompat.state import run_state
+        from pytest_gpucompat.session.state import run_state
 
         def pytest_collection_finish(session):
             s = run_state(session.config).settings

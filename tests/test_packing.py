@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_gpucompat.engines import registry
-from pytest_gpucompat.packing import (
+from pytest_gpucompat.gpushare.packing import (
     Request,
     auto_workers_per_gpu,
     blocker,
@@ -19,7 +19,7 @@ from pytest_gpucompat.packing import (
     load_dtype,
     shared_since,
 )
-from pytest_gpucompat.xdist_support import engine_scope
+from pytest_gpucompat.session.xdist_support import engine_scope
 
 H200 = 143771.0
 
@@ -172,8 +172,8 @@ def test_engine_scope_keeps_one_engine_configuration_together() -> None:
 
 
 def test_exclusive_is_a_declaration_of_the_mark_not_a_cell() -> None:
-    from pytest_gpucompat.errors import InputError
-    from pytest_gpucompat.matrix import cells_from_marker
+    from pytest_gpucompat.common.errors import InputError
+    from pytest_gpucompat.workload.matrix import cells_from_marker
 
     plain = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}}, "t")
     alone = cells_from_marker((), {"engine": "hf", "params": {"dtype": ["float32"]}, "exclusive": True}, "t")
@@ -197,7 +197,7 @@ def _bench() -> Any:
 def test_each_packing_run_compiles_from_empty_caches(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """The first run must not warm the kernels of the next: every compile cache is a folder of that run's own,
     while the built models (the runs' input) stay where both find them."""
-    from pytest_gpucompat.paths import cache_dir
+    from pytest_gpucompat.common.paths import cache_dir
 
     monkeypatch.delenv("GPUCOMPAT_CACHE_DIR", raising=False)
     monkeypatch.delenv("HF_HOME", raising=False)
@@ -239,7 +239,8 @@ def test_the_benchmark_compares_cells_and_outcomes() -> None:
 def test_n_auto_starts_workers_per_gpu(monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> None:
     import dataclasses
 
-    from pytest_gpucompat import fingerprint, xdist_support
+    from pytest_gpucompat.machine import fingerprint
+    from pytest_gpucompat.session import xdist_support
 
     gpus = (fingerprint.GPU(index=0, name="H200", uuid="GPU-a"), fingerprint.GPU(index=1, name="H200", uuid="GPU-b"))
     collect = fingerprint.collect
@@ -289,9 +290,10 @@ def test_which_starts_need_a_quiet_gpu(engine: str, params: dict[str, Any], quie
 
 
 def test_a_shared_gpu_sizes_the_cache_of_an_engine_that_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_gpucompat import checkpoint, sharing
     from pytest_gpucompat.engines import EngineSpec, engine_params
     from pytest_gpucompat.engines.deviations import deviations
+    from pytest_gpucompat.session import sharing
+    from pytest_gpucompat.workload import checkpoint
 
     monkeypatch.setattr(checkpoint, "weights_mib", lambda model, dtype: 1000.0)
     monkeypatch.setattr(sharing, "_release_has", lambda dist, since: dist == "vllm" and since == "0.10.2")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.models import build_sized_model, build_tiny_model
-from pytest_gpucompat.prompts import (
+from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.workload.models import build_sized_model, build_tiny_model
+from pytest_gpucompat.workload.prompts import (
     MAX_PROMPT_TOKENS,
     builtin_texts,
     load_prompts_file,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.kb import load_kb, load_rule_file, parse_rule
 from pytest_gpucompat.kb.failure_modes import DEFAULT, classify, load_failure_modes
 from pytest_gpucompat.kb.propose import (
@@ -21,6 +20,7 @@ from pytest_gpucompat.kb.propose import (
     signature_of,
 )
 from pytest_gpucompat.kb.signatures import Failure, explaining_rules
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 H200 = GPU(index=0, name="NVIDIA H200", compute_capability="9.0", memory_mib=143771)
 H100 = GPU(index=0, name="NVIDIA H100 80GB HBM3", compute_capability="9.0", memory_mib=81559)

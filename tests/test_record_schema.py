@@ -14,12 +14,12 @@ import pytest
 
 from pytest_gpucompat.kb import schema as kb_schema
 from pytest_gpucompat.kb.verdicts import Finding
-from pytest_gpucompat.matrix import Cell
 from pytest_gpucompat.report import payload, record, validate
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.record import CELL_EXTRA, CELL_KEYS, FINDING_KEYS, CellRecord, FindingRecord
 from pytest_gpucompat.report.validate import InvalidField, check_report_dict
-from pytest_gpucompat.state import CellState
+from pytest_gpucompat.session.state import CellState
+from pytest_gpucompat.workload.matrix import Cell
 
 REPORT_DIR = Path(record.__file__).resolve().parent
 SCHEMA = json.loads((REPORT_DIR / "schema.json").read_text(encoding="utf-8"))
@@ -66,16 +66,17 @@ def test_the_vocabularies_are_the_knowledge_bases_and_the_validator_has_no_copy(
     assert validate.SEVERITIES is kb_schema.SEVERITIES and validate.CONFIDENCES is kb_schema.CONFIDENCES
     assert validate.ACTIONS is kb_schema.ACTIONS and validate.OUTCOMES is record.OUTCOMES
     vocabularies = [set(kb_schema.SEVERITIES), set(kb_schema.CONFIDENCES), set(kb_schema.ACTIONS)]
-    for module in ("record.py", "validate.py", "model.py", "payload.py", "collector.py"):
-        tree = ast.parse((REPORT_DIR / module).read_text(encoding="utf-8"))
+    for path in [*(REPORT_DIR / m for m in ("record.py", "validate.py", "model.py", "payload.py")),
+                 REPORT_DIR.parent / "session" / "collector.py"]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         copies = []
         for node in ast.walk(tree):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
                 words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 if any(len(words & vocabulary) > 1 for vocabulary in vocabularies) or (
-                        module != "record.py" and words >= set(record.OUTCOMES)):
+                        path.name != "record.py" and words >= set(record.OUTCOMES)):
                     copies.append((node.lineno, sorted(words)))
-        assert copies == [], f"{module} copies a vocabulary instead of importing it: {copies}"
+        assert copies == [], f"{path.name} copies a vocabulary instead of importing it: {copies}"
 
 
 def test_the_validator_takes_each_keys_type_from_the_record() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat import reference
-from pytest_gpucompat.reference import (
+from pytest_gpucompat.workload import reference
+from pytest_gpucompat.workload.reference import (
     GPU_OVERHEAD_MIB,
     HOST_OVERHEAD_MIB,
     Choice,

@@ -9,7 +9,7 @@ import pytest
 from _fleet_report import DRIFT, MEMORY, MODEL, RUNNERS, WHAT_IF_FILE, WHAT_IF_HOST, WHAT_IF_RUNNER, fleet_report
 
 from pytest_gpucompat.checks.compare import thresholds_for
-from pytest_gpucompat.metrics import KEY_FIGURES, METRICS
+from pytest_gpucompat.common.metrics import KEY_FIGURES, METRICS
 from pytest_gpucompat.report.charts import charts_section
 from pytest_gpucompat.report.figures import RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rule_of
 from pytest_gpucompat.report.html import render_html

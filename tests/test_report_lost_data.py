@@ -249,7 +249,7 @@ def test_the_reason_is_the_failure_s_own_message(pytester, xdist):
 def test_a_failure_reason_without_a_crash_location():
     """A repr without its crash location (one xdist could only send as text): the last block of pytest's ``E``
     lines; a plain message (``pytest.fail(pytrace=False)``, an engine's failure): its first line."""
-    from pytest_gpucompat.report.collector import _failure_reason
+    from pytest_gpucompat.session.collector import _failure_reason
 
     class Report:
         longrepr = "def t():\n>   f()\nE       KeyError: 'a'\n\nduring handling\nE   OSError: disk full\nE   more"

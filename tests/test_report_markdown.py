@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pytest_gpucompat.metrics import KEY_FIGURES, METRICS
+from pytest_gpucompat.common.metrics import KEY_FIGURES, METRICS
 from pytest_gpucompat.report.markdown import GITHUB_SUMMARY_LIMIT, render_markdown
 from pytest_gpucompat.report.model import Report
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.common.versions import matches, parse_specifier, parse_version
 from pytest_gpucompat.engines.registry import engine_names
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
-from pytest_gpucompat.installs import EngineInstall
 from pytest_gpucompat.kb import load_kb, load_rule_file, matching_rules, parse_rule
-from pytest_gpucompat.versions import matches, parse_specifier, parse_version
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.machine.installs import EngineInstall
 
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
 H200 = GPU(index=1, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
@@ -284,7 +284,7 @@ def test_a_new_file_in_a_rule_directory_is_seen(tmp_path):
 
 
 def test_changing_the_matrices_dir_changes_the_builtin_rules_and_matrices(tmp_path, monkeypatch):
-    from pytest_gpucompat.matrix import load_named_matrices
+    from pytest_gpucompat.workload.matrix import load_named_matrices
 
     shipped_kb, shipped = load_kb(), load_named_matrices()
     (tmp_path / "rules").mkdir()

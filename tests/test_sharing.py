@@ -14,7 +14,7 @@ import pytest
 CONFTEST = textwrap.dedent("""
     import dataclasses
 
-    import pytest_gpucompat.fingerprint as fingerprint
+    import pytest_gpucompat.machine.fingerprint as fingerprint
 
     _collect = fingerprint.collect
 
@@ -202,7 +202,7 @@ def test_memory_of_processes_outside_the_run(monkeypatch: pytest.MonkeyPatch) ->
     import sys
     import types
 
-    from pytest_gpucompat.sharing import foreign_mib
+    from pytest_gpucompat.session.sharing import foreign_mib
 
     mib = 1024 * 1024
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a process this worker started
@@ -273,7 +273,7 @@ def test_exclusive_tests_are_dealt_out_after_every_shared_one(pytester: pytest.P
     same work unit as its three shared ones, the largest unit, dealt out first: every other worker stalled behind
     them and gave its engines back. Now they are units of their own, last."""
     pytest.importorskip("xdist")
-    from pytest_gpucompat.xdist_support import EXCLUSIVE_SCOPE, engine_scope_scheduling
+    from pytest_gpucompat.session.xdist_support import EXCLUSIVE_SCOPE, engine_scope_scheduling
 
     shared = [f"suites/test_smoke.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm-dtype=bf16",
                                                                            "vllm-dtype=fp16") for t in ("a", "b")]
@@ -306,7 +306,7 @@ def test_exclusive_tests_are_dealt_out_after_every_shared_one(pytester: pytest.P
 
 def test_without_exclusive_notes_the_scheduler_is_the_engine_scope_one(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
-    from pytest_gpucompat.xdist_support import engine_scope_scheduling
+    from pytest_gpucompat.session.xdist_support import engine_scope_scheduling
 
     config = pytester.parseconfig("--tx=2*popen")
     scheduler = engine_scope_scheduling()(config, None, dict)
@@ -318,7 +318,7 @@ def test_tests_apart_are_units_of_their_own_dealt_out_first(pytester: pytest.Pyt
     is a unit of its own, and the first dealt out (the run's longest), so shared scopes fill the workers beside them
     instead of the memory tests trailing at the end of the run."""
     pytest.importorskip("xdist")
-    from pytest_gpucompat.xdist_support import APART_SCOPE, engine_scope_scheduling
+    from pytest_gpucompat.session.xdist_support import APART_SCOPE, engine_scope_scheduling
 
     shared = [f"suites/test_smoke.py::test_{t}[tiny-qwen2-{e}]" for e in ("hf-dtype=float32", "vllm", "vllm-x=1")
               for t in ("a", "b")]

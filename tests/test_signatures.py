@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from pytest_gpucompat.errors import InputError
-from pytest_gpucompat.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.kb import load_kb, load_rule_file, parse_rule
 from pytest_gpucompat.kb.match import Facts, contradiction
 from pytest_gpucompat.kb.signatures import (
@@ -22,6 +21,7 @@ from pytest_gpucompat.kb.signatures import (
     explaining_rules,
     failure_lines,
 )
+from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 H200 = GPU(index=0, name="NVIDIA H200", architecture="hopper", compute_capability="9.0", memory_mib=143771)
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-80GB", architecture="ampere", compute_capability="8.0", memory_mib=81920)

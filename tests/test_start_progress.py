@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import requires
 
-from pytest_gpucompat.announce import Announcer
+from pytest_gpucompat.session.announce import Announcer
 
 SUITE = textwrap.dedent("""
     import pytest
@@ -45,7 +45,7 @@ def test_a_slow_start_is_said_on_the_line_of_results(pytester: pytest.Pytester) 
     """A start slower than the threshold (here made 0 s) adds its note to the line of results, which stays one."""
     requires("transformers")
     pytester.makepyfile(test_starts=SUITE)
-    pytester.makeconftest("import pytest_gpucompat.announce as a\na.SLOW_START_S = 0.0\n")
+    pytester.makeconftest("import pytest_gpucompat.session.announce as a\na.SLOW_START_S = 0.0\n")
     result = pytester.runpytest("--gpucompat", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=2)
     results = [line for line in result.outlines if line.startswith("test_starts.py ")]

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_gpucompat.fingerprint import Link
-from pytest_gpucompat.topology import compare, parse_topo_matrix
+from pytest_gpucompat.machine.fingerprint import Link
+from pytest_gpucompat.machine.topology import compare, parse_topo_matrix
 
 H200X2 = """\
         GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID

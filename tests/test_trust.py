@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucompat import cli
-from pytest_gpucompat.fingerprint import load as load_fingerprints
 from pytest_gpucompat.kb import cell_findings, concerns_cell, decide, findings_for, load_kb, matching_rules, parse_rule
+from pytest_gpucompat.machine.fingerprint import load as load_fingerprints
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 
@@ -277,7 +277,7 @@ def checkpoint(path: Path, gib: int, dtype: str = "bfloat16") -> Path:
 
 
 def test_weights_are_measured_for_the_cells_dtype(tmp_path):
-    from pytest_gpucompat.checkpoint import weights_mib
+    from pytest_gpucompat.workload.checkpoint import weights_mib
 
     model = checkpoint(tmp_path / "m", 2)
     assert weights_mib(model) == weights_mib(model, "auto") == 2048

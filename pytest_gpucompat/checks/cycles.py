@@ -50,7 +50,7 @@ def _device_index(spec: EngineSpec) -> int | None:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if device.startswith("cpu") or (visible is not None and visible.strip() in ("", "-1")):
         return None
-    from ..fingerprint import nvml
+    from ..machine.fingerprint import nvml
 
     with nvml() as pynvml:  # None without NVML (no driver): no GPU to measure
         try:

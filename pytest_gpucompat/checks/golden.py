@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.base import Generation
-from ..golden import GoldenFile, Recorded
 from .compare import DriftMetrics, compare_generations, thresholds_for, verdict_drift
+from .golden_files import GoldenFile, Recorded
 
 PREFIX = "golden_"
 CELL_PREFIX = "golden_cell_"

@@ -254,7 +254,7 @@ def held_mib(pynvml: Any, handle: Any) -> tuple[dict[int, float], bool]:
 def device_memory(handle_of: Callable[[Any], Any]) -> tuple[float, dict[int, float], bool] | None:
     """MiB used on the GPU that ``handle_of(pynvml)`` names, MiB per process NVML lists there, and whether it could
     list them; None without NVML or without that GPU."""
-    from ..fingerprint import nvml
+    from ..machine.fingerprint import nvml
 
     with nvml() as pynvml:
         if pynvml is None:

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..installed import version as installed_version
+from ..common.installed import version as installed_version
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .registry import (
     EngineDescriptor,

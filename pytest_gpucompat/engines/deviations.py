@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..versions import norm_value
+from ..common.versions import norm_value
 from .registry import HarnessDefault, descriptor
 
 __all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment", "harness_settings", "settle"]

@@ -6,9 +6,10 @@ step, so an engine's numbers are compared with a float32 view of the same model,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import engine_params, normalize_dtype, one_line
@@ -67,8 +68,6 @@ class HFEngine:
         if params.get("attn_implementation"):
             kwargs["attn_implementation"] = str(params["attn_implementation"])
         torch.manual_seed(int(params.get("seed", 0)))
-        from ..models import quiet_progress_bars
-
         try:
             with quiet_progress_bars():
                 # Any, as everywhere in this adapter: transformers' @wraps(Module.to) hides `to`'s binding
@@ -212,3 +211,21 @@ def _greedy(model: Any, ids: Any, max_tokens: int, top_n: int) -> list[Generatio
         step_input = chosen.unsqueeze(-1)
         attention = torch.cat([attention, torch.ones_like(step_input)], dim=-1)
     return [Generation(token_ids=tuple(tokens[b]), logprobs=tuple(tops[b])) for b in range(batch)]
+
+
+@contextlib.contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """transformers draws progress bars for tiny loads and saves; keep test output readable, then restore."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
+    if enabled and hasattr(hf_logging, "disable_progress_bar"):
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled and hasattr(hf_logging, "enable_progress_bar"):
+            hf_logging.enable_progress_bar()

@@ -22,7 +22,7 @@ prompt. How ids come back differs per server, so the request carries only what t
   `token_ids`; top_logprobs keys are decoded text (serve/postprocess_handlers.py); some releases reject logprobs
   on /v1/completions altogether.
 Text keys are mapped back to ids through the model directory's tokenizer.json when each id decodes to a distinct
-string (true for the tiny models of pytest_gpucompat.models).
+string (true for the tiny models of pytest_gpucompat.workload.models).
 """
 
 from __future__ import annotations

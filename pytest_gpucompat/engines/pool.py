@@ -53,7 +53,7 @@ class _InProcess:
 
 
 class Admission(Protocol):
-    """Room for an engine on a GPU that other workers' engines share (pytest_gpucompat/sharing.py)."""
+    """Room for an engine on a GPU that other workers' engines share (pytest_gpucompat/session/sharing.py)."""
 
     def admit(self, spec: EngineSpec, make_room: Callable[[], bool]) -> Callable[[], None]:
         """Wait until the engine fits on the GPU and reserve it; returns what gives the reservation back.

@@ -7,8 +7,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from ..fingerprint import Fingerprint
-from ..textfit import fit, terminal_width
+from ..common.textfit import fit, terminal_width
+from ..machine.fingerprint import Fingerprint
 from .schema import SEVERITIES
 from .verdicts import Finding, confirmed
 

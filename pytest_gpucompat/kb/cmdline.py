@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..common.errors import InputError
+from ..common.versions import normalize_package, parse_version
 from ..engines.registry import descriptor, descriptors
-from ..errors import InputError
-from ..fingerprint import Fingerprint
-from ..versions import normalize_package, parse_version
+from ..machine.fingerprint import Fingerprint
 from .history import History, load_history, norm_flag
 
 _NO_VALUE = {"store_true", "store_false", "store_const", "BooleanOptionalAction", "count", "help", "version",

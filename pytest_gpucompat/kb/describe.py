@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from packaging.specifiers import SpecifierSet
 
-from ..versions import matches, parse_version
+from ..common.versions import matches, parse_version
 from .schema import Conditions, ParamCondition, Rule
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ..fingerprint import Fingerprint
+from ..machine.fingerprint import Fingerprint
 from .index import index_for, matching_rules
 from .match import axis_mismatch
 from .schema import KnowledgeBase

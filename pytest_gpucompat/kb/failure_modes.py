@@ -14,9 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..inputs import load_file
-from ..paths import matrices_dir
+from ..common.errors import InputError
+from ..common.inputs import load_file
+from ..common.paths import matrices_dir
 from .load import file_stamp
 from .schema import FAILURES, SEVERITIES
 from .signatures import Failure, compile_pattern, signature_matches

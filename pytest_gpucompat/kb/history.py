@@ -21,10 +21,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..errors import InputError
-from ..inputs import load_file
-from ..paths import matrices_dir
-from ..versions import normalize_package, parse_version
+from ..common.errors import InputError
+from ..common.inputs import load_file
+from ..common.paths import matrices_dir
+from ..common.versions import normalize_package, parse_version
 
 KINDS = ("flags", "env", "backends", "requires")
 FORMAT = 1

@@ -15,8 +15,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..fingerprint import Fingerprint
-from ..versions import norm_value
+from ..common.versions import norm_value
+from ..machine.fingerprint import Fingerprint
 from .match import (
     MACHINE_CONDITIONS,
     UNKNOWN,

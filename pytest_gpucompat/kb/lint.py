@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..common.textfit import fit
+from ..common.versions import normalize_package
 from ..engines.registry import descriptor, help_commands, normalize_dtype
-from ..stack import installed_packages
-from ..textfit import fit
-from ..versions import normalize_package
+from ..machine.stack import installed_packages
 from .history import History, histories, is_env_name, norm_flag
 from .schema import FlagFact, Rule
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
+from ..common.errors import InputError
+from ..common.inputs import as_text, load_file, text_field
+from ..common.paths import matrices_dir
+from ..common.versions import norm_value, normalize_package, parse_specifier
 from ..engines.registry import kb_engine_names
-from ..errors import InputError
-from ..inputs import as_text, load_file, text_field
-from ..paths import matrices_dir
-from ..versions import norm_value, normalize_package, parse_specifier
 from .schema import (
     CONFIDENCES,
     FAILURES,

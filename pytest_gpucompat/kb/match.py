@@ -17,8 +17,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..fingerprint import Fingerprint
-from ..versions import matches, norm_value, normalize_package, parse_specifier, parse_version
+from ..common.versions import matches, norm_value, normalize_package, parse_specifier, parse_version
+from ..machine.fingerprint import Fingerprint
 from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule
 
 

@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..common.versions import normalize_package
 from ..engines.failures import last_error
 from ..engines.registry import descriptor, kb_engine_names
-from ..versions import normalize_package
 from .failure_modes import FailureMode, classify
 from .regex_safety import MAX_UNBOUNDED_REPEATS
 from .signatures import Failure, compile_pattern

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from ..versions import normalize_package
+from ..common.versions import normalize_package
 
 SEVERITIES = ("broken", "degraded", "advice")
 FAILURES = ("crash", "hang", "error-at-start", "oom", "wrong-output", "slow", "memory", "fallback", "precision",

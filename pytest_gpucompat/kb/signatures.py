@@ -24,7 +24,7 @@ from .regex_safety import parse, risk, too_slow
 from .schema import CONFIDENCES, Rule
 
 if TYPE_CHECKING:
-    from ..fingerprint import Fingerprint
+    from ..machine.fingerprint import Fingerprint
 
 MAX_TEXT_CHARS = 64 * 1024
 """How much failure text a signature is searched in: the reason's start and the log tail's end, this much in all."""

@@ -16,7 +16,7 @@ from .match import describe_runner
 from .schema import ACTIONS, NO_CONDITIONS, SEVERITIES, Rule
 
 if TYPE_CHECKING:
-    from ..fingerprint import Fingerprint
+    from ..machine.fingerprint import Fingerprint
 
 STOPPING_FAILURES = ("crash", "hang", "error-at-start", "oom")
 _ORDER = {action: i for i, action in enumerate(ACTIONS)}

@@ -169,7 +169,7 @@ def cmd_explain(
     failures in every rendering made from it)."""
     import json
 
-    from ..errors import InputError
+    from ..common.errors import InputError
     from ..kb import load_kb
     from ..kb.failure_modes import load_failure_modes
     from .explain import explain_report, explanation_json, format_explanation
@@ -208,8 +208,8 @@ def cmd_golden(
     golden file was refused, 2 on bad input."""
     import json
 
-    from ..errors import InputError
-    from ..golden import load_golden_source
+    from ..checks.golden_files import load_golden_source
+    from ..common.errors import InputError
     from .golden import check_report, checks_json, format_checks, with_checks
     from .html import render_html
     from .io import load_report, write_report_atomic, write_text_atomic

@@ -2,7 +2,7 @@
 
 One row per cell and metric that the baseline and the current cell both recorded (the `*_spread` figures are not
 rows: they are the noise column). Its noise band is the larger of the two runs' own relative spreads of that metric
-(`pytest_gpucompat.metrics.spread_name`); a metric measured once, with no spread recorded, gets DEFAULT_BAND
+(`pytest_gpucompat.common.metrics.spread_name`); a metric measured once, with no spread recorded, gets DEFAULT_BAND
 (±5 %), marked `*`. The verdict of a row:
 
 * `regressed` / `improved`: beyond a `--fail-on` threshold and beyond the noise band;
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..metrics import METRICS, SPREAD_SUFFIX, spread_name
-from ..textfit import shorten_middle
+from ..common.metrics import METRICS, SPREAD_SUFFIX, spread_name
+from ..common.textfit import shorten_middle
 from .model import CellRecord
 
 DEFAULT_BAND = 0.05

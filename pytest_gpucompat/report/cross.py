@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from .. import outputs
-from ..errors import InputError
+from ..checks import outputs
+from ..common.errors import InputError
 from .model import CellRecord, Report
 
 

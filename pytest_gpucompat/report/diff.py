@@ -10,8 +10,9 @@ How cells are matched (the key), so that a PR runner can be compared with last n
   compare).
 
 A metric change beyond a threshold is a regression only when it is also beyond the noise the two runs measured:
-a figure measured over rounds carries its relative spread (`tokens_per_s_spread`, see `pytest_gpucompat.metrics`),
-and a change no larger than the larger of the two runs' spreads is listed as "within noise" instead.
+a figure measured over rounds carries its relative spread (`tokens_per_s_spread`, see
+`pytest_gpucompat.common.metrics`), and a change no larger than the larger of the two runs' spreads is listed as
+"within noise" instead.
 
 Pure functions: nothing here reads files or clocks.
 """
@@ -23,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .. import outputs
-from ..metrics import spread_name
+from ..checks import outputs
+from ..common.metrics import spread_name
 from . import cross
 from .compare import CompareRow, cell_rows
 from .diff_text import format_diff

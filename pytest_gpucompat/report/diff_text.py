@@ -1,6 +1,6 @@
 """`gpucompat diff` as text: the verdict line, the cell counts, the compare table, then the lists of what moved.
 
-Every line fits the terminal (pytest_gpucompat.textfit): long node ids are shortened in the middle, prose wraps.
+Every line fits the terminal (pytest_gpucompat.common.textfit): long node ids are shortened in the middle, prose wraps.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..textfit import fit, terminal_width
+from ..common.textfit import fit, terminal_width
 from .compare import format_table
 
 if TYPE_CHECKING:

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..fingerprint import Fingerprint, from_report
+from ..common.textfit import fit, terminal_width
 from ..kb.failure_modes import FailureMode
 from ..kb.propose import error_line, group_failures, proposals_yaml, propose_rule
 from ..kb.schema import KnowledgeBase, Rule
 from ..kb.signatures import Failure, explained_by_entry, explaining_rules
-from ..textfit import fit, terminal_width
+from ..machine.fingerprint import Fingerprint, from_report
 from .model import CellRecord, Report
 from .text import one_line
 

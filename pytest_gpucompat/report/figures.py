@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..metrics import KEY_FIGURES, METRICS, KeyFigure
+from ..common.metrics import KEY_FIGURES, METRICS, KeyFigure
 from .model import CellRecord
 
 #: state -> (word in a cell, legend text). Outcomes first, then the four kinds of skip.

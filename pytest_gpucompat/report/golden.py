@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import outputs
+from ..checks import outputs
 from ..checks.golden import CELL_PREFIX, PREFIX, judge, threshold_class
-from ..golden import GoldenFile, match_kept
-from ..matrix import Cell
+from ..checks.golden_files import GoldenFile, match_kept
+from ..workload.matrix import Cell
 from .model import CellRecord, Report
 
 STATUSES = ("passed", "failed", "refused", "missing", "not compared")

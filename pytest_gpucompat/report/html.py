@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from .. import outputs
-from ..errors import visible
+from ..checks import outputs
+from ..common.errors import visible
 from .charts import charts_section
 from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs

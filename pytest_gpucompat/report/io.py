@@ -11,8 +11,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from ..files import UnsafeTarget as UnsafeTarget  # re-exported: files.py owns it, older imports name this module
-from ..files import refuse_unsafe, target_problem, write_atomic
+from ..common.files import UnsafeTarget as UnsafeTarget  # re-exported: files.py owns it, older imports name this module
+from ..common.files import refuse_unsafe, target_problem, write_atomic
 from .model import Report, ReportError
 from .text import one_line
 from .validate import InvalidField, check_report_dict, json_path
@@ -26,8 +26,8 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     A report may come from another machine's CI artifact, so it is read like any user file (bounded size, UTF-8,
     bounded nesting, only finite numbers a float can hold: a metric of 10**400 would overflow in merge and diff).
     """
-    from pytest_gpucompat.errors import InputError
-    from pytest_gpucompat.inputs import check_tree, parse_json, read_text
+    from pytest_gpucompat.common.errors import InputError
+    from pytest_gpucompat.common.inputs import check_tree, parse_json, read_text
 
     name = os.fspath(path)
     try:

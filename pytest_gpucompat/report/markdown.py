@@ -14,8 +14,8 @@ import re
 import stat
 from collections.abc import Iterable, Sequence
 
-from ..errors import visible
-from ..metrics import KEY_FIGURES
+from ..common.errors import visible
+from ..common.metrics import KEY_FIGURES
 from .cross import SUMMARY as CROSS_SUMMARY
 from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
@@ -193,7 +193,7 @@ def kernel_packages() -> tuple[str, ...]:
     the fingerprint's order: named next to the runners table when a fingerprint has them. Asked of the registry, so
     a kernel a new engine declares is named too."""
     from ..engines.registry import descriptors
-    from ..stack import tracked_distributions
+    from ..machine.stack import tracked_distributions
 
     kernels = {name for d in descriptors() for name in d.acceleration}
     return tuple(key for key in tracked_distributions() if key in kernels)

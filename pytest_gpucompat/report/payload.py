@@ -21,7 +21,7 @@ from .record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
     from ..kb.verdicts import Finding
-    from ..matrix import Cell
+    from ..workload.matrix import Cell
 
 ENGINE_FAILED = "engine_failed"
 """The one payload key that is no key of the record: the cell's engine failed (the log tail is its log's), so a

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..textfit import shorten_middle
+from ..common.textfit import shorten_middle
 from .text import one_line
 
 MAX_LISTED = 10  # failed cells and broken findings named, each; the rest counted ("... and N more")

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..metrics import METRICS
+from ..common.metrics import METRICS
 from .model import Report
 
 _THRESHOLD = re.compile(

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from . import fingerprint as fpmod
-from .fingerprint import Fingerprint
-from .kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
-from .matrix import Cell
-from .options import Settings
-from .report import payload as cell_payload
-from .report.payload import plain as plain  # where the fixtures have always found it
-from .report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
+from ..kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
+from ..machine import fingerprint as fpmod
+from ..machine.fingerprint import Fingerprint
+from ..options import Settings
+from ..report import payload as cell_payload
+from ..report.payload import plain as plain  # where the fixtures have always found it
+from ..report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
+from ..workload.matrix import Cell
 
 if TYPE_CHECKING:
     from .golden_run import GoldenRun
@@ -116,7 +116,7 @@ class RunState:
 
 def build_run_state(config: pytest.Config) -> RunState:
     """Load everything once per process; bad input becomes a UsageError (one line, no traceback)."""
-    from .errors import InputError
+    from ..common.errors import InputError
 
     settings = Settings.from_pytest(config)
     try:
@@ -138,7 +138,7 @@ def build_run_state(config: pytest.Config) -> RunState:
 
             golden = GoldenRun.load(settings.golden, settings.record_golden, fp.name, fp.summary())
         if settings.prompts:
-            from .prompts import load_prompts_file
+            from ..workload.prompts import load_prompts_file
 
             load_prompts_file(settings.prompts)
     except InputError as exc:

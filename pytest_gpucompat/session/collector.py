@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..interrupt import received, signals_held
-from . import payload as cell_payload
-from .lock import ReportLock
-from .payload import CELL_KEY
-from .record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
-from .text import first_line
+from ..report import payload as cell_payload
+from ..report.lock import ReportLock
+from ..report.payload import CELL_KEY
+from ..report.record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
+from ..report.text import first_line
+from .interrupt import received, signals_held
 
 if TYPE_CHECKING:
-    from ..state import RunState
+    from .state import RunState
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
@@ -51,7 +51,7 @@ class ReportCollector:
         self.state = state
         self.path: str | None = state.settings.report
         if self.path:
-            from .io import report_path_problem
+            from ..report.io import report_path_problem
 
             problem = report_path_problem(self.path)
             if problem:
@@ -222,7 +222,7 @@ class ReportCollector:
     # ------------------------------------------------------------------ writing
 
     def build(self, exitstatus: int | None = None, partial: bool = False) -> Any:
-        from .model import Report
+        from ..report.model import Report
 
         unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
         # the cells are the records' JSON form already; one that never reported an outcome says why it has none
@@ -236,7 +236,7 @@ class ReportCollector:
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
-        from .io import write_report_atomic, write_text_atomic
+        from ..report.io import write_report_atomic, write_text_atomic
 
         if not self.path:
             return True
@@ -258,7 +258,7 @@ class ReportCollector:
             except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
                 self._last_write = time.monotonic()  # the next checkpoint waits as usual
                 if not partial:
-                    from .io import write_failure_message
+                    from ..report.io import write_failure_message
 
                     sys.stderr.write(write_failure_message(self.path, exc, self._checkpoint) + "\n")
                 return False
@@ -289,9 +289,9 @@ class ReportCollector:
         exprs = self.state.settings.compare_fail
         if not baseline:
             return
-        from .io import load_report
-        from .model import ReportError
-        from .thresholds import check_thresholds, parse_fail_on
+        from ..report.io import load_report
+        from ..report.model import ReportError
+        from ..report.thresholds import check_thresholds, parse_fail_on
 
         try:
             thresholds, _ = parse_fail_on(exprs)
@@ -302,10 +302,10 @@ class ReportCollector:
 
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
-        from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
-        from .io import load_report
-        from .model import ReportError
-        from .thresholds import parse_fail_on
+        from ..report.diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
+        from ..report.io import load_report
+        from ..report.model import ReportError
+        from ..report.thresholds import parse_fail_on
 
         current = self.build()
         try:
@@ -328,9 +328,9 @@ class ReportCollector:
     def terminal_summary(self, tr: Any) -> None:
         """The gpucompat section (report.summary): what failed first. Every line passes through errors.visible,
         since reasons, log tails and rule texts come from engines and files, not from us."""
-        from ..errors import visible
-        from ..textfit import terminal_width
-        from .summary import summary_lines
+        from ..common.errors import visible
+        from ..common.textfit import terminal_width
+        from ..report.summary import summary_lines
 
         cells = list(self.cells.values())
         if not cells and not self.diff_text:
@@ -356,7 +356,7 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
     directory = (getattr(config, "workerinput", None) or {}).get(_CELLS_DIR)
     if not directory:
         return
-    from .io import write_text_atomic
+    from ..report.io import write_text_atomic
 
     cells = {item.nodeid: cell_payload.build(cs, runner) for item in items if (cs := item.stash.get(CELL_KEY, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]

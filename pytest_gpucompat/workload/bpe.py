@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import matrices_dir
+from ..common.paths import matrices_dir
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TARGET_VOCAB = 4096

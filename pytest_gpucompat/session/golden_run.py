@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import outputs
-from .checkpoint import ModelIdentity, model_identity
-from .checks.golden import GoldenVerdict, judge
-from .engines.base import Generation, RunInfo
-from .errors import InputError
-from .golden import GoldenFile, Match, Recorded, load_golden_source, match_golden, record
-from .matrix import Cell
-from .prompts import PromptSet
+from ..checks import outputs
+from ..checks.golden import GoldenVerdict, judge
+from ..checks.golden_files import GoldenFile, Match, Recorded, load_golden_source, match_golden, record
+from ..common.errors import InputError
+from ..engines.base import Generation, RunInfo
+from ..workload.checkpoint import ModelIdentity, model_identity
+from ..workload.matrix import Cell
+from ..workload.prompts import PromptSet
 
 
 @dataclass
@@ -72,7 +72,7 @@ class GoldenRun:
         if key not in self._tokenizers:
             self._tokenizers[key] = None
             with contextlib.suppress(Exception):  # any tokenizer problem only costs the text
-                from .prompts import has_tokenizer, load_tokenizer
+                from ..workload.prompts import has_tokenizer, load_tokenizer
 
                 if has_tokenizer(model):
                     self._tokenizers[key] = load_tokenizer(model)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.errors import InputError
+from ..common.inputs import check_tree, dotted, load_file, parse_json, read_text
+from ..common.paths import matrices_dir
 from .checkpoint import digest_of
-from .errors import InputError
-from .inputs import check_tree, dotted, load_file, parse_json, read_text
 from .models import BUILD_MARKER, fixed_prompts, model_vocab_size
-from .paths import matrices_dir
 
 MAX_PROMPTS = 256
 MAX_PROMPT_TOKENS = 448
@@ -190,7 +190,7 @@ def load_tokenizer(model_dir: Path) -> Any:
     version reads the same ids), else whatever AutoTokenizer makes of the directory."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from .models import quiet_progress_bars
+    from ..engines.hf import quiet_progress_bars
 
     with quiet_progress_bars():
         if (model_dir / "tokenizer.json").is_file():

@@ -6,18 +6,18 @@ into the cache: parallel pytest-xdist workers either win the rename or reuse the
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .paths import cache_dir as _default_cache_root
-from .paths import check_cache_entry
+from ..common.paths import cache_dir as _default_cache_root
+from ..common.paths import check_cache_entry
+from ..engines.hf import quiet_progress_bars
 
 FORMAT_VERSION = 3
 """Bumped whenever the on-disk layout or the built models change, so old cache entries are not reused (3: the tiny
@@ -30,7 +30,7 @@ BUILD_MARKER = "gpucompat-model.json"
 
 SIZES: dict[str, dict[str, Any]] = {
     # `--gpucompat-model qwen2-300m`: a model of about that many parameters with a trained byte-level BPE tokenizer
-    # and a chat template (pytest_gpucompat.bpe), weights stored in bfloat16 like a served checkpoint's.
+    # and a chat template (pytest_gpucompat.workload.bpe), weights stored in bfloat16 like a served checkpoint's.
     # Head size 64 like the 300m one (hidden 256 / 4 heads), 2 KV heads; the 300m size is left as first built, so
     # the golden files recorded for it stay valid.
     "1m": {"hidden_size": 256, "head_dim": 64, "intermediate_size": 192, "num_hidden_layers": 2,
@@ -333,24 +333,6 @@ def _write_model(target: Path, arch: str, config: Mapping[str, Any], seed: int, 
     generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
                   "pad_token_id": config["pad_token_id"], "do_sample": False}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-
-
-@contextlib.contextmanager
-def quiet_progress_bars() -> Iterator[None]:
-    """transformers draws progress bars for tiny loads and saves; keep test output readable, then restore."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        yield
-        return
-    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
-    if enabled and hasattr(hf_logging, "disable_progress_bar"):
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled and hasattr(hf_logging, "enable_progress_bar"):
-            hf_logging.enable_progress_bar()
 
 
 def _write_tokenizer(target: Path, config: Mapping[str, Any]) -> None:

@@ -209,7 +209,7 @@ def free_gpu_mib() -> float | None:
 
 
 def _nvml_free_mib() -> float | None:
-    from .fingerprint import nvml, nvml_handle
+    from ..machine.fingerprint import nvml, nvml_handle
 
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     first = visible[0] if visible else "0"

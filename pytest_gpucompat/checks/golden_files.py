@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import ModelIdentity, short
-from .engines.base import Generation
-from .errors import InputError
-from .files import DEFAULT_MODE, target_problem, write_atomic
-from .inputs import load_file
+from ..common.errors import InputError
+from ..common.files import DEFAULT_MODE, target_problem, write_atomic
+from ..common.inputs import load_file
+from ..engines.base import Generation
+from ..workload.checkpoint import ModelIdentity, short
 
 FORMAT = 1
 LOGPROB_DECIMALS = 5

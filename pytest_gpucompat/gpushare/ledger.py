@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .engines.processes import start_time
-from .files import PRIVATE_MODE, write_atomic
+from ..common.files import PRIVATE_MODE, write_atomic
+from ..engines.processes import start_time
 from .packing import Request, blocker, describe, stalled
 
 LEDGER = "ledger.json"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .engines.registry import stack_packages, tracked_packages
-from .installed import find
+from ..common.installed import find
+from ..engines.registry import stack_packages, tracked_packages
 
 # Distributions whose versions matter for compatibility besides those the engines' descriptors declare (their
 # `packages` and `stack_packages`): what several engines share. Several names may stand for one.

@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .engines.registry import SECRET_NAME, env_prefixes
-from .errors import InputError
-from .inputs import text_field
+from ..common.errors import InputError
+from ..common.inputs import text_field
+from ..engines.registry import SECRET_NAME, env_prefixes
 
 #: Prefixes of the libraries every engine runs on; the engines' own prefixes come from their descriptors.
 LIBRARY_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "CUDA_", "TORCH_")

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .checks.compare import compare_generations
-from .checks.golden import drift_figures
-from .engines.base import Generation
-from .golden import _Reader, generation_dict
+from ..engines.base import Generation
+from .compare import compare_generations
+from .golden import drift_figures
+from .golden_files import _Reader, generation_dict
 
 KEY = "outputs"
 """The cell's key in the report."""

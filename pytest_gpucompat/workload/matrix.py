@@ -13,11 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .inputs import load_file
-from .kb.load import file_stamp
-from .paths import matrices_dir
-from .versions import parse_specifier
+from ..common.errors import InputError
+from ..common.inputs import load_file
+from ..common.paths import matrices_dir
+from ..common.versions import parse_specifier
+from ..kb.load import file_stamp
 
 _MARKER_KEYS = {"engine", "params", "axes", "matrix"}
 _GLOB_AXES = ("gpu", "arch")

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import fingerprint as fpmod
-from .ledger import GpuWaitTimeout, Ledger, StartGate
-from .packing import (
+from ..gpushare.ledger import GpuWaitTimeout, Ledger, StartGate
+from ..gpushare.packing import (
     Need,
     Request,
     blocker,
@@ -38,11 +37,12 @@ from .packing import (
     load_dtype,
     shared_since,
 )
+from ..machine import fingerprint as fpmod
 from .xdist_support import WORKERS_PER_GPU, packing, workers_per_gpu
 
 if TYPE_CHECKING:
-    from .engines.base import EngineSpec
-    from .engines.pool import EnginePool
+    from ..engines.base import EngineSpec
+    from ..engines.pool import EnginePool
 
 __all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "note_units", "setup_worker",
            "share_for", "sized_for_sharing", "unit_kinds"]
@@ -113,7 +113,7 @@ def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str],
             say(f"cannot tell the memory of {', '.join(g for g in gpus if g not in totals)}: its cells run as if "
                 f"the GPU were theirs alone")
         return
-    from .options import Settings
+    from ..options import Settings
 
     settings = Settings.from_pytest(config)
     os.environ[RUN_ENV] = str(token)
@@ -125,7 +125,7 @@ def setup_worker(config: pytest.Config, pinned: str | None, say: Callable[[str],
 
 def _share_dir_problem(directory: str) -> str | None:
     """Why the ledger's directory cannot be trusted (a symlink, another user's, open to others), or None."""
-    from .engines.processes import _check_private
+    from ..engines.processes import _check_private
 
     try:
         _check_private(Path(directory))
@@ -177,7 +177,7 @@ class GpuShare:
             why = f"{spec.engine}: {mib:.0f} MiB (pytest_gpucompat_gpu_need)"
             return Need(None if mib == float("inf") else mib, why)
         params = spec.params if isinstance(spec.params, Mapping) else {}
-        from .checkpoint import weights_mib
+        from ..workload.checkpoint import weights_mib
 
         weights = weights_mib(spec.model, load_dtype(spec.engine, params))
         return engine_need(spec.engine, params, total, weights)
@@ -223,8 +223,8 @@ class GpuShare:
         that has it) and the cell gives none: then its start measures nothing on the GPU, so it overlaps other
         workers' starts instead of waiting for a quiet GPU. Recorded as a harness deviation of the cell
         (``harness_set``), so a report says its cells ran so and why."""
-        from .checkpoint import weights_mib
-        from .engines.registry import descriptor
+        from ..engines.registry import descriptor
+        from ..workload.checkpoint import weights_mib
 
         try:
             found = descriptor(spec.engine)
@@ -269,7 +269,7 @@ class GpuShare:
                 need = self.need(spec)
                 entries.append(self.ledger.reserve(self.gpus, need.mib, f"{spec.engine} lives", self.budgets,
                                                    self.wait_s, self.make_room))
-            from .engines.registry import quiet_start
+            from ..engines.registry import quiet_start
 
             alone = any(quiet_start(spec.engine, spec.params) for spec in specs)
             with self.gate.held("engine lives in a child process", quiet=alone):
@@ -388,7 +388,7 @@ def note_units(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
         return
     import json
 
-    from .files import write_atomic
+    from ..common.files import write_atomic
 
     kinds = {item.nodeid: kind for item in items if (kind := unit_kind(config, item)) is not None}
     name = _UNITS_FILE.format(worker=workerinput.get("workerid", os.getpid()))
@@ -434,7 +434,7 @@ def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float 
     """GPU memory held by processes outside the run (NVML): what is used less what the run's workers and every
     process they started hold. When NVML cannot say whose processes these are (a container's other pid
     namespace), the run is taken to hold what it reserved. None without NVML or without this GPU."""
-    from .checks.ownership import device_memory
+    from ..checks.ownership import device_memory
 
     found = device_memory(lambda nvml: fpmod.nvml_handle(nvml, gpu))
     if found is None:
@@ -444,8 +444,8 @@ def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float 
 
 
 def _foreign(used: float, held: Mapping[int, float], listed: bool, members: Sequence[int], reserved: float) -> float:
-    from .checks.ownership import carries_token, descends_from
-    from .engines.processes import stat_fields
+    from ..checks.ownership import carries_token, descends_from
+    from ..engines.processes import stat_fields
 
     if not listed or (held and not any(stat_fields(pid) is not None for pid in held)):
         return max(0.0, used - reserved)

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import PRIVATE_MODE, write_atomic
-from .paths import cache_dir
+from ..common.files import PRIVATE_MODE, write_atomic
+from ..common.paths import cache_dir
 
 IDENTITY_VERSION = 1
 """Bumped whenever a digest below is computed differently (old cache entries and golden files then differ)."""

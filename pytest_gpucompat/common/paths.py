@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pytest_gpucompat/, this module being in common/
 
 
 def matrices_dir() -> Path:

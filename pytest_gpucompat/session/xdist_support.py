@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from . import fingerprint as fpmod
-from .packing import auto_workers_per_gpu, gpu_of_worker
+from ..gpushare.packing import auto_workers_per_gpu, gpu_of_worker
+from ..machine import fingerprint as fpmod
 
 WORKERS_PER_GPU = "gpucompat_workers_per_gpu"  # workerinput key: the controller's resolved number
 

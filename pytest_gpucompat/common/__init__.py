@@ -1,0 +1,2 @@
+"""Small shared pieces: errors, atomic file writes, paths, text fitting, version comparison, the metric
+catalog."""

@@ -1,0 +1,2 @@
+"""The machine: its fingerprint (GPU, driver, CUDA, interconnect), environment, installed engines and their
+declared requirements, the software stack."""

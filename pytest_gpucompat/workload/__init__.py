@@ -1,0 +1,2 @@
+"""What cells run: the test matrix, built-in models and checkpoints, tokenizers, prompts, the float32
+reference, inputs, golden outputs."""
