@@ -2,12 +2,15 @@
 
 The public pieces are named in `__all__` and importable from here; the submodules are the implementation:
 
-* `model`: `Report`, `CellRecord`, `FindingRecord` (frozen data and the JSON form), `ReportError`;
+* `record`: `CellRecord`, `FindingRecord`, the one definition of what a cell and a finding say (frozen data and
+  the JSON form); `payload`: what a worker attaches to a test's report and how the controller merges it;
+* `model`: `Report` (and the records re-exported), `ReportError`;
 * `validate`: the checks `load_report` applies to what it reads; `io`: `load_report` and the atomic writes;
 * `html`, `markdown`, `junit`: renderers, each a function of a `Report` (`html_assets`: the page's CSS/JS;
   `html_runners`, `figures`, `charts`: its runner headers, cell states and figures, SVG charts);
 * `merge`: several runners' reports into one matrix; `diff`: a report against a baseline (the CI gate);
-* `collector`: builds the run's report inside pytest; `cli`: `gpucompat report | merge | diff`.
+* `cli`: `gpucompat report | merge | diff`. The collector that builds a run's report inside pytest is on the
+  pytest side (`session/collector.py`).
 
 Everything is loaded on first use (PEP 562): `gpucompat env` imports the `report.cli` parser but no report code.
 """
