@@ -44,7 +44,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "owner_scope": ("checks.ownership", "owner_scope"),
     "device_snapshot": ("checks.ownership", "device_snapshot"),
     "left_behind": ("checks.ownership", "left_behind"),
-    "describe_processes": ("checks.ownership", "describe"),
+    "describe_processes": ("checks.ownership", "describe_processes"),
     "sample_memory": ("checks.memory", "sample"),
     "settle": ("checks.memory", "settle"),
     "create_destroy_cycles": ("checks.cycles", "create_destroy_cycles"),

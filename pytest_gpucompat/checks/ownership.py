@@ -184,7 +184,7 @@ def owner_of(pid: int, scope: Scope) -> Owner:
     or a process there that has no GPU open, so NVML's number is a PID of another namespace (containers)."""
     if stat_fields(pid) is None:
         return "unknown"
-    if descends_from(pid, scope.root) or carries_token(pid, scope.token):
+    if carries_token(pid, scope.token) or (descends_from(pid, scope.root) and _started_since(pid, scope.since)):
         return "ours"
     if uses_gpu(pid) is False:
         return "unknown"
@@ -203,9 +203,17 @@ def owned_pids(scope: Scope) -> list[int]:
         pid = int(entry.name)
         if pid == scope.root or is_zombie(pid):
             continue
-        if carries_token(pid, scope.token) or descends_from(pid, scope.root):
+        if carries_token(pid, scope.token) or (descends_from(pid, scope.root) and _started_since(pid, scope.since)):
             found.append(pid)
     return sorted(found)
+
+
+def _started_since(pid: int, since: int | None) -> bool:
+    """Whether ``pid`` started at or after ``since`` (clock ticks since boot; one tick of slack for the rounding of
+    /proc/uptime): a child the root started before the scope (multiprocessing's resource tracker, say) was not
+    started by the test. Unknown either way: counted, as before the scope could tell."""
+    started = start_time(pid) if since is not None else None
+    return started is None or since is None or started >= since - 1
 
 
 def rss_mib(pid: int | str) -> float | None:
@@ -316,7 +324,7 @@ def left_behind(before: DeviceSnapshot, after: DeviceSnapshot) -> LeftBehind:
     return LeftBehind(ours_mib, unexplained, others_growth, ours, others)
 
 
-def describe(processes: Sequence[GpuProcess]) -> str:
+def describe_processes(processes: Sequence[GpuProcess]) -> str:
     """'pid 123 (python helper.py) 512 MiB, ...' for a failure message."""
     return ", ".join(f"pid {p.pid} ({p.command}) {p.mib:.0f} MiB" for p in processes) or "none"
 

@@ -48,11 +48,11 @@ __all__ = [
     "engine_names",
     "engine_params",
     "engine_version",
+    "exception_line",
     "import_failure",
     "kb_engine_names",
     "normalize_dtype",
     "missing_module",
-    "one_line",
     "register",
     "runs_in_process",
     "unit_vector",
@@ -107,7 +107,7 @@ def import_failure(module: str, exc: BaseException) -> EngineUnavailable:
     """The skip for an engine that cannot be imported: `vllm is not importable: ModuleNotFoundError: ...`, or for
     one that breaks while importing (a CUDA library mismatch raised as OSError) `... cannot be imported here: ...`."""
     how = "is not importable" if isinstance(exc, ImportError) else "cannot be imported here"
-    return EngineUnavailable(f"{module} {how}: {one_line(exc)}")
+    return EngineUnavailable(f"{module} {how}: {exception_line(exc)}")
 
 
 def _load(target: str) -> Callable[[], Any]:
@@ -158,7 +158,7 @@ _HEADER_ONLY = re.compile(r"^\d+ validation errors? for \S+$")
 _CAUSE_LIMIT = 600
 
 
-def one_line(exc: BaseException) -> str:
+def exception_line(exc: BaseException) -> str:
     """`Type: first line of the message`, the form every EngineFailed/EngineUnavailable message takes; a first line
     that is only a header ("1 validation error for ModelConfig") is followed by the lines naming the cause. An exception
     without a message (a bare `assert` deep in an engine) says where it was raised instead: `AssertionError at

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, create, one_line
+from . import Unsupported, create, exception_line
 from .base import Engine, EngineFailed, EngineUnavailable
 from .processes import append_log, death_signal_preexec, process_group, signal_group, state_dir
 from .registry import engine_environment
@@ -163,7 +163,7 @@ def child_main(conn: Any, engine_name: str, log_path: str, env: Mapping[str, str
         except BaseException as exc:  # noqa: BLE001 - every error must reach the parent as one line
             traceback.print_exc()
             sys.stderr.flush()
-            reply = ("error", one_line(exc))
+            reply = ("error", exception_line(exc))
         with _CHILD["lock"], contextlib.suppress(OSError, BrokenPipeError):
             conn.send(reply)
         if op == "shutdown":

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import engine_params, normalize_dtype, one_line
+from . import engine_params, exception_line, normalize_dtype
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 
 _DTYPES = ("float32", "bfloat16", "float16", "auto", "fp8")
@@ -37,7 +37,7 @@ class HFEngine:
             import transformers
             from transformers import AutoModelForCausalLM
         except ImportError as exc:
-            raise EngineUnavailable(f"hf reference needs torch and transformers: {one_line(exc)}") from None
+            raise EngineUnavailable(f"hf reference needs torch and transformers: {exception_line(exc)}") from None
 
         params = engine_params(spec.params)
         unknown = sorted(set(params) - _OWN_PARAMS)
@@ -80,7 +80,7 @@ class HFEngine:
 
                 fp8_linears = quantize_linears(model)
         except (OSError, ValueError, RuntimeError, ImportError, TypeError) as exc:
-            raise EngineFailed(f"hf: loading {spec.model} failed: {one_line(exc)}") from None
+            raise EngineFailed(f"hf: loading {spec.model} failed: {exception_line(exc)}") from None
 
         self._model = model
         self._device = device
@@ -133,7 +133,7 @@ class HFEngine:
         except EngineFailed:
             raise
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:
-            raise EngineFailed(f"hf: generate failed: {one_line(exc)}") from None
+            raise EngineFailed(f"hf: generate failed: {exception_line(exc)}") from None
         return [results[i] for i in range(len(prompts))]
 
     def embed(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -150,7 +150,7 @@ class HFEngine:
                     pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=0)
                     out.append([float(x) for x in pooled.cpu().tolist()])
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:
-            raise EngineFailed(f"hf: embed failed: {one_line(exc)}") from None
+            raise EngineFailed(f"hf: embed failed: {exception_line(exc)}") from None
         return out
 
     def shutdown(self) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, engine_params, engine_version, one_line, unit_vector, wants_embeddings
+from . import Unsupported, engine_params, engine_version, exception_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import register_process_group, side_file
 from .deviations import harness_environment
@@ -100,7 +100,7 @@ class OpenAIEngine:
         try:
             import requests
         except ImportError as exc:
-            raise EngineUnavailable(f"openai engine needs requests: {one_line(exc)}") from None
+            raise EngineUnavailable(f"openai engine needs requests: {exception_line(exc)}") from None
         params = engine_params(spec.params)
         self._model_dir = spec.model
         self._embed_mode = wants_embeddings(spec.params)
@@ -166,7 +166,7 @@ class OpenAIEngine:
                     start_new_session=True, env=env, preexec_fn=death_signal_preexec(),
                 )
             except OSError as exc:
-                raise EngineUnavailable(f"openai: cannot run {cmd[0]}: {one_line(exc)}") from None
+                raise EngineUnavailable(f"openai: cannot run {cmd[0]}: {exception_line(exc)}") from None
         self._group = process_group(self._proc.pid)
         register_process_group(self._proc.pid)
         _STARTED.append(self)
@@ -200,7 +200,7 @@ class OpenAIEngine:
             except EngineFailed:
                 raise
             except Exception as exc:
-                last_error, refused = one_line(exc), _refused(exc)
+                last_error, refused = exception_line(exc), _refused(exc)
             now = time.monotonic()
             if refused and self._proc is None and now - began >= min(ENDPOINT_REFUSED_GRACE_S, timeout_s):
                 raise EngineFailed(f"connection refused: {self._base}")
@@ -273,7 +273,7 @@ class OpenAIEngine:
             time.sleep(0.2)
             if self._proc is not None and self._proc.poll() is not None:
                 raise self._failed(self._exit_reason()) from None
-            raise self._failed(f"openai: {path} failed: {one_line(exc)}", with_error=False) from None
+            raise self._failed(f"openai: {path} failed: {exception_line(exc)}", with_error=False) from None
         if resp.status_code != 200:
             text = resp.text.strip().replace("\n", " ")
             raise self._failed(f"openai: {path} answered HTTP {resp.status_code}: {text[:300]}", with_error=False)

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import create, missing_module, one_line, runs_in_process
+from . import create, exception_line, missing_module, runs_in_process
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .isolation import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, HEARTBEAT_S, IsolatedEngine, Progress
 from .processes import state_dir
@@ -37,7 +37,7 @@ class _InProcess:
         except (EngineFailed, EngineUnavailable):
             raise
         except Exception as exc:
-            raise EngineFailed(f"{op}() raised {one_line(exc)}") from None
+            raise EngineFailed(f"{op}() raised {exception_line(exc)}") from None
 
     def start(self, spec: EngineSpec) -> RunInfo:
         return self._guard("start", self._engine.start, spec)  # type: ignore[no-any-return]
@@ -152,7 +152,7 @@ class EnginePool:
             try:
                 engine = _InProcess(create(spec.engine))
             except (ImportError, AttributeError, ValueError) as exc:
-                failure = EngineFailed(f"cannot create engine {spec.engine!r}: {one_line(exc)}")
+                failure = EngineFailed(f"cannot create engine {spec.engine!r}: {exception_line(exc)}")
                 self._failures[key] = failure
                 raise failure from None
             where = "(in this process)"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import one_line
+from . import exception_line
 from .base import EngineFailed, EngineUnavailable
 from .registry import canonical_name, descriptor, server_names
 
@@ -123,4 +123,4 @@ def custom_server_command(template: Any, model: str, host: str, port: int) -> li
     try:
         return [p.format(**values) for p in parts]
     except (KeyError, IndexError, ValueError) as exc:
-        raise EngineFailed(f"openai: bad placeholder in server_command: {one_line(exc)}") from None
+        raise EngineFailed(f"openai: bad placeholder in server_command: {exception_line(exc)}") from None

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
+from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
 from .deviations import dataclass_defaults, harness_settings
 
@@ -60,7 +60,7 @@ class SGLangEngine:
         try:
             engine = Engine(model_path=spec.model, **kwargs)
         except Exception as exc:
-            raise EngineFailed(f"sglang: Engine() failed: {one_line(exc)}") from None
+            raise EngineFailed(f"sglang: Engine() failed: {exception_line(exc)}") from None
         self._engine = engine
         info: Mapping[str, Any] = {}
         try:
@@ -88,7 +88,7 @@ class SGLangEngine:
                 top_logprobs_num=int(top_n),
             )
         except Exception as exc:
-            raise EngineFailed(f"sglang: generate failed: {one_line(exc)}") from None
+            raise EngineFailed(f"sglang: generate failed: {exception_line(exc)}") from None
         items = out if isinstance(out, list) else [out]
         if len(items) != len(prompts):
             raise EngineFailed(f"sglang: {len(items)} results for {len(prompts)} prompts")
@@ -105,7 +105,7 @@ class SGLangEngine:
             generator = engine.tokenizer_manager.generate_request(obj, None)
             out = engine.loop.run_until_complete(generator.__anext__())
         except Exception as exc:
-            raise EngineFailed(f"sglang: embed failed: {one_line(exc)}") from None
+            raise EngineFailed(f"sglang: embed failed: {exception_line(exc)}") from None
         items = out if isinstance(out, list) else [out]
         return [unit_vector(item["embedding"]) for item in items]
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, wants_embeddings
+from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
 from .deviations import harness_settings
 
@@ -109,12 +109,12 @@ class TRTLLMEngine:
             if isinstance(kv_config, Mapping):
                 kv_config = KvCacheConfig(**kv_config)
         except Exception as exc:
-            raise EngineFailed(f"tensorrt-llm: bad kv cache config: {one_line(exc)}") from None
+            raise EngineFailed(f"tensorrt-llm: bad kv cache config: {exception_line(exc)}") from None
         self._end_id, self._pad_id = _special_ids(spec.model)
         try:
             llm = LLM(**kwargs, kv_cache_config=kv_config)
         except Exception as exc:
-            raise EngineFailed(f"tensorrt-llm: LLM() failed: {one_line(exc)}") from None
+            raise EngineFailed(f"tensorrt-llm: LLM() failed: {exception_line(exc)}") from None
         self._llm = llm
         return _run_info(tensorrt_llm, llm, spec.model, time.monotonic() - began)
 
@@ -132,7 +132,7 @@ class TRTLLMEngine:
             params = SamplingParams(**kwargs)
             outputs = llm.generate([[int(t) for t in p] for p in prompts], params, use_tqdm=False)
         except Exception as exc:
-            raise EngineFailed(f"tensorrt-llm: generate failed: {one_line(exc)}") from None
+            raise EngineFailed(f"tensorrt-llm: generate failed: {exception_line(exc)}") from None
         if not isinstance(outputs, list):
             outputs = [outputs]
         results: list[Generation] = []

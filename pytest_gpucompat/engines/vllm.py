@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import Unsupported, engine_params, import_failure, normalize_dtype, one_line, unit_vector, wants_embeddings
+from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import OwnLog
 from .deviations import dataclass_defaults, harness_environment, harness_settings
@@ -125,7 +125,7 @@ class VLLMEngine:
         except EngineUnavailable:
             raise
         except Exception as exc:
-            raise EngineFailed(f"vllm: LLM() failed: {one_line(exc)}") from None
+            raise EngineFailed(f"vllm: LLM() failed: {exception_line(exc)}") from None
         finally:
             vllm_logger.removeHandler(catcher)
         self._llm = llm
@@ -198,7 +198,7 @@ class VLLMEngine:
         try:
             outputs = llm.generate(inputs, params, use_tqdm=False)
         except Exception as exc:
-            raise EngineFailed(f"vllm: generate failed: {one_line(exc)}") from None
+            raise EngineFailed(f"vllm: generate failed: {exception_line(exc)}") from None
         results: list[Generation] = []
         for out in outputs:
             completion = out.outputs[0]
@@ -219,7 +219,7 @@ class VLLMEngine:
         try:
             outputs = llm.embed(inputs, use_tqdm=False)
         except Exception as exc:
-            raise EngineFailed(f"vllm: embed failed: {one_line(exc)}") from None
+            raise EngineFailed(f"vllm: embed failed: {exception_line(exc)}") from None
         return [unit_vector(out.outputs.embedding) for out in outputs]
 
     def shutdown(self) -> None:

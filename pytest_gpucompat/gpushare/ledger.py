@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..common.files import PRIVATE_MODE, write_atomic
 from ..engines.processes import start_time
-from .packing import Request, blocker, describe, stalled
+from .packing import Request, blocker, describe_requests, stalled
 
 LEDGER = "ledger.json"
 POLL_S = 0.2
@@ -210,8 +210,8 @@ class Ledger:
                 stalled_since = (stalled_since or now) if cycle else None
                 if cycle and stalled_since is not None and now - stalled_since >= STALL_S:
                     raise GpuWaitTimeout(f"no room on the GPU for {what}: every worker holding room there waits "
-                                         f"too ({describe(cycle)}), so none would give it back; this one gives up "
-                                         f"after {STALL_S:g} s: {reason}")
+                                         f"too ({describe_requests(cycle)}), so none would give it back; this one "
+                                         f"gives up after {STALL_S:g} s: {reason}")
                 self.sleep(POLL_S)
         except BaseException:
             self.release(entry_id)

@@ -172,22 +172,23 @@ def blocker(requests: Iterable[Request], me: Request, budgets: Mapping[str, floa
         ahead = [] if holding else [r for r in here if not r.held and r.ticket < me.ticket]
         alone = [r for r in held if whole(r, budget)]
         if alone:
-            return f"{gpu} is held whole by {describe(alone[:1])}"
+            return f"{gpu} is held whole by {describe_requests(alone[:1])}"
         if whole(me, budget):
             if held:
-                return f"waits for {gpu} to hold no other engine of the run: {describe(held)}"
+                return f"waits for {gpu} to hold no other engine of the run: {describe_requests(held)}"
             if ahead:
-                return f"waits its turn on {gpu} behind {describe(ahead)}"
+                return f"waits its turn on {gpu} behind {describe_requests(ahead)}"
             continue
         if any(whole(r, budget) for r in ahead):
-            return f"waits behind a cell that needs {gpu} whole: {describe([r for r in ahead if whole(r, budget)])}"
+            wholes = [r for r in ahead if whole(r, budget)]
+            return f"waits behind a cell that needs {gpu} whole: {describe_requests(wholes)}"
         if budget is None:
             continue
         used = sum(r.mib or 0.0 for r in (*held, *ahead))
         assert me.mib is not None
         if used + me.mib > budget:
             return (f"needs {me.mib:.0f} MiB of {gpu}, {max(0.0, budget - used):.0f} of its {budget:.0f} MiB budget "
-                    f"free: {describe(held + ahead)}")
+                    f"free: {describe_requests(held + ahead)}")
     return None
 
 
@@ -204,7 +205,7 @@ def stalled(requests: Iterable[Request], budgets: Mapping[str, float | None]) ->
     return waiting if holders and holders <= {r.holder for r in waiting} else []
 
 
-def describe(requests: Sequence[Request]) -> str:
+def describe_requests(requests: Sequence[Request]) -> str:
     shown = [f"{r.what} (pid {r.holder.partition(':')[0]}{'' if r.held else ', waiting'}"
              f"{'' if r.mib is None else f', {r.mib:.0f} MiB'})" for r in requests[:3]]
     more = f" and {len(requests) - 3} more" if len(requests) > 3 else ""

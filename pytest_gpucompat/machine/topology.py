@@ -52,7 +52,7 @@ def parse_topo_matrix(text: str) -> dict[tuple[int, int], str]:
     return cells
 
 
-def describe(code: str) -> str:
+def link_name(code: str) -> str:
     """`NV18` -> 'nvlink', `PIX` -> 'pcie PIX': the words the fingerprint's links use."""
     if code.startswith("NV"):
         return "nvlink"
@@ -71,7 +71,7 @@ def compare(links: Iterable[Link], topo: Mapping[tuple[int, int], str]) -> list[
     for pair in sorted(set(ours) | set(topo)):
         link, code = ours.get(pair), topo.get(pair)
         mine = _link_words(link) if link else "no link"
-        theirs = describe(code) if code else "no link"
+        theirs = link_name(code) if code else "no link"
         same = mine == theirs or (link is not None and link.kind == "pcie" and not link.path
                                   and theirs.startswith("pcie"))
         if not same:
