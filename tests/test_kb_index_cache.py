@@ -55,7 +55,7 @@ KB = KnowledgeBase(rules=(
 ))
 
 
-def test_values_marshal_writes_alike_or_refuses_still_get_their_own_answers():
+def test_values_marshal_writes_alike_or_refuses_still_get_their_own_answers() -> None:
     """Values that marshal writes as bytes (bytes, bytearray, memoryview) or refuses (subclasses, enums), and
     values equal in Python but not to the conditions, each in turn after the others were remembered."""
     values: list[Any] = ["fp8", b"fp8", bytearray(b"fp8"), memoryview(b"fp8"), _Shouty("fp8"), 2, 2.0, "2", True, 1,
@@ -69,7 +69,7 @@ def test_values_marshal_writes_alike_or_refuses_still_get_their_own_answers():
                 assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), (fp, params)
 
 
-def test_a_parameter_dict_changed_between_cells_is_judged_by_what_it_holds_now():
+def test_a_parameter_dict_changed_between_cells_is_judged_by_what_it_holds_now() -> None:
     """The same dict object, changed in place to equal values of other types and to other names."""
     fp = Fingerprint(gpus=(A100,))
     params: dict[str, Any] = {"tensor_parallel_size": 2}
@@ -80,7 +80,7 @@ def test_a_parameter_dict_changed_between_cells_is_judged_by_what_it_holds_now()
         assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), params
 
 
-def test_mappings_that_are_not_dicts_and_fingerprint_parameters():
+def test_mappings_that_are_not_dicts_and_fingerprint_parameters() -> None:
     """A read-only mapping, a dict subclass and a fingerprint's own ``params`` (merged under the cell's)."""
     class Params(dict[str, Any]):
         pass
@@ -91,7 +91,7 @@ def test_mappings_that_are_not_dicts_and_fingerprint_parameters():
             assert _ids(KB, fp, "vllm", params) == _reference(KB, fp, "vllm", params), (fp, params)
 
 
-def test_knowledge_bases_of_every_size_give_the_rules_in_order():
+def test_knowledge_bases_of_every_size_give_the_rules_in_order() -> None:
     """Result masks become rules through halves and quarters of the mask: sizes around their boundaries, and more
     than 256 rules (quarters wider than 64 bits), against the reference."""
     base = load_kb().rules
@@ -108,7 +108,7 @@ def test_knowledge_bases_of_every_size_give_the_rules_in_order():
                     assert _ids(kb, fp, engine, params) == _reference(kb, fp, engine, params), (size, engine)
 
 
-def test_an_equal_fingerprint_made_again_gets_the_same_answer():
+def test_an_equal_fingerprint_made_again_gets_the_same_answer() -> None:
     """Fingerprints are recognised by identity: an equal one made again gets the same answer as the first."""
     kb = load_kb()
     params = {"kv_cache_dtype": "fp8"}
@@ -116,3 +116,36 @@ def test_an_equal_fingerprint_made_again_gets_the_same_answer():
     again = Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"})
     assert first == again and first is not again
     assert _ids(kb, first, "vllm", params) == _ids(kb, again, "vllm", params) == _reference(kb, again, "vllm", params)
+
+
+def test_an_engine_parameter_of_any_type_gets_its_own_candidates() -> None:
+    """Without an engine, the ``engine`` parameter picks the candidate rules; None and str values are remembered as
+    written, so values equal in Python but normalised apart (True and 1), spellings of one engine, values that
+    cannot be keys and str subclasses each get the reference's answer, in either order."""
+    kb = load_kb()
+    fp = Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3", "sglang": "0.4.3"})
+    values: list[Any] = ["vllm", "VLLM", " vllm ", "sglang", None, True, 1, 1.0, ["vllm"], _Shouty("vllm"), "hf"]
+    for order in (values, values[::-1]):
+        for value in order:
+            params = {"engine": value, "kv_cache_dtype": "fp8"}
+            assert _ids(kb, fp, None, params) == _reference(kb, fp, None, params), value
+
+
+def test_machines_with_as_many_gpus_of_other_sizes_share_only_what_the_gpu_size_cannot_change() -> None:
+    """A cell's kept rules are shared by machines with the same GPU count unless the cell gives its model's weights,
+    which the GPU-size needs compare with the smallest GPU: each machine, either order, gets the reference's rules."""
+    kb = KnowledgeBase(rules=(*KB.rules, _rule(id="fits", when={"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}),
+                              _rule(id="fits-fp8", when={"params": {"kv_cache_dtype": ["fp8"]},
+                                                         "needs": {"gpu_memory_mib": ["tensor_parallel_size"]}})))
+    small = dataclasses.replace(A100, memory_mib=16384)
+    fps = [Fingerprint(gpus=(A100,)), Fingerprint(gpus=(H200,)), Fingerprint(gpus=(small,)),
+           Fingerprint(gpus=(A100, small)), Fingerprint(gpus=(H200, H200)), Fingerprint()]
+    cells: list[dict[str, Any]] = [{}, {"kv_cache_dtype": "fp8"}, {"model_weights_mib": 30000},
+                                   {"kv_cache_dtype": "fp8", "model_weights_mib": 30000, "tensor_parallel_size": 2},
+                                   {"model_weights_mib": 100000.0}, {"model_weights_mib": None},
+                                   {"model_weights_mib": "30000"},
+                                   {"tensor_parallel_size": 2, "model_weights_mib": 50000}]
+    for order in (fps, fps[::-1]):
+        for fp in order:
+            for params in cells:
+                assert _ids(kb, fp, "vllm", params) == _reference(kb, fp, "vllm", params), (fp, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import textwrap
 
@@ -302,3 +303,19 @@ def test_cells_record_the_time_spent_inside_engines(pytester):
     # test_b reused the started engine and got the reference's answers from memory
     assert b.get("reference_s", 0.0) < 0.01
     assert 0 < b["engine_s"] <= cells["test_b"]["duration_s"]
+
+
+def test_what_a_run_freezes_for_the_garbage_collector_is_given_back(project):
+    """The plugin freezes what exists once the tests are collected (``gc.freeze``) and unfreezes it when pytest
+    cleans up; objects that something else froze before the run stay frozen."""
+    assert gc.get_freeze_count() == 0
+    project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES).assert_outcomes(
+        passed=2, xfailed=1, skipped=3)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        project.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES)
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (less what was freed since, by reference counts)
+    finally:
+        gc.unfreeze()

@@ -204,3 +204,15 @@ def test_json_keys_refuses_an_annotation_it_has_no_json_type_for() -> None:
 
     with pytest.raises(TypeError, match="no JSON type"):
         record.json_keys(Odd)
+
+
+def test_a_cell_read_from_its_json_form_has_every_field() -> None:
+    """``CellRecord.from_dict`` sets the fields by name, without the dataclass's ``__init__``: a field it left out
+    would be missing rather than take its default."""
+    made = CellRecord.from_dict({"nodeid": "t.py::t[a]", "outcome": "passed", "duration_s": 1, "metrics": {"x": "nan"}},
+                                runner="r")
+    assert set(vars(made)) == {f.name for f in dataclasses.fields(CellRecord)}
+    assert made == CellRecord(nodeid="t.py::t[a]", outcome="passed", runner="r", duration_s=1.0, metrics={"x": None})
+    assert made.test == "t.py::t" and made.duration_s == 1.0 and type(made.duration_s) is float
+    with pytest.raises(ValueError, match="unknown outcome"):
+        CellRecord.from_dict({"nodeid": "x", "outcome": "fine"})

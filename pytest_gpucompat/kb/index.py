@@ -24,6 +24,7 @@ from .match import (
     Facts,
     clear_facts_cache,
     engine_holds,
+    facts_of,
     has_needs,
     needs_hold_on,
     needs_machine,
@@ -42,7 +43,8 @@ _MAX_KBS = 32
 _UNCACHEABLE = object()
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
 _MARSHALLED_TYPES = frozenset((str, int, bool, type(None), float))  # written by marshal as exactly themselves
-_dumps = marshal.dumps
+_dumps: Callable[[Any, int], bytes] = marshal.dumps
+_RAW_ENGINE_TYPES = frozenset((str, type(None)))  # engine parameter values remembered as they are (candidates)
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
 
 
@@ -60,32 +62,47 @@ def matching_rules(
     fpi = last[2] if last[1] is fp and last[0] is kb else None
     if fpi is None:
         fpi = _fingerprint_index(kb, fp)
-    fp_params = fp.params
-    if fp_params:
-        merged: dict[str, Any] = {**fp_params, **(params or {})}
-    elif type(params) is dict:
-        merged = params
+    if fp.params or params is None:
+        merged: Mapping[str, Any] = {**fp.params, **(params or {})}
     else:
-        merged = dict(params or {})
+        merged = params
     if engine is not None:
         candidates = fpi.by_engine.get(engine)
         if candidates is None:
             candidates = fpi.candidates(engine, None)
     else:
-        engine_key = norm_value(merged.get("engine"))
-        candidates = fpi.by_engine_param.get(engine_key)
+        engine_param = merged.get("engine")
+        candidates = (fpi.by_engine_param.get(engine_param) if engine_param.__class__ in _RAW_ENGINE_TYPES
+                      else None)  # any other type: not a key (see candidates)
         if candidates is None:
-            candidates = fpi.candidates(None, engine_key)
+            candidates = fpi.candidates(None, engine_param)
     # the rest is _KbIndex's work, inlined (a call costs as much as a dict lookup, and this runs per cell)
     try:  # the parameters' content as one exact key (see _KbIndex.kept_mask); marshal is the fastest way to it
         key: bytes | None = _dumps(merged, 2)
-    except ValueError:  # a value marshal cannot write (an instance of a class of its own): judged every time
-        key = None
+    except ValueError:  # a mapping other than a dict, or a value marshal cannot write
+        merged, key = _exact_key(merged)
     kept = fpi.kept.get(key)
     if kept is None:
-        kept = fpi.kb_index.kept_mask(fpi, merged, key)
-    mask = candidates & kept
-    return [*fpi.low[mask & fpi.low_mask], *fpi.high[mask >> fpi.half_bits]]  # its halves' rules (kb.rulesets)
+        kept = fpi.kept_sized.get(key)
+        if kept is None:
+            kept = fpi.kb_index.kept_mask(fpi, merged, key)
+    # masks travel as their (low, high) halves, split once per distinct mask: two ANDs of half-width ints per cell
+    # instead of an AND, a mask and a shift of full-width ones; each half's rules come from kb.rulesets
+    c_low, c_high = candidates
+    k_low, k_high = kept
+    return fpi.low[c_low & k_low] + fpi.high[c_high & k_high]
+
+
+def _exact_key(params: Mapping[str, Any]) -> tuple[Mapping[str, Any], bytes | None]:
+    """Parameters marshal refused: as a plain dict, and their key if marshal writes that (None: a value it cannot
+    write, an instance of a class of its own, judged every time)."""
+    if type(params) is not dict:
+        params = dict(params)
+        try:
+            return params, _dumps(params, 2)
+        except ValueError:
+            pass
+    return params, None
 
 
 def _value_key(value: Any) -> Any:
@@ -133,8 +150,8 @@ class _KbIndex:
 
     __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "machine_probes",
                  "package_probes", "engine_free", "engine_masks", "param_mask", "conditions", "tables", "absent",
-                 "plans", "halves", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids",
-                 "needs_by_machine", "kept_by_machine", "by_content", "verdicts")
+                 "plans", "halves", "pairs", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids",
+                 "needs_by_machine", "kept_by_count", "kept_by_machine", "by_content", "verdicts")
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = weakref.ref(kb)
@@ -156,9 +173,11 @@ class _KbIndex:
         # the rules whose needs fail
         self.needs_ids: dict[tuple[Any, ...], int] = {}
         self.needs_by_machine: dict[tuple[int, float | None], dict[int | None, int]] = {}
-        # the parameters' exact content (marshal) -> their verdict; needs_machine(facts) -> content -> kept mask
+        # the parameters' exact content (marshal) -> their verdict; GPU count, or needs_machine(facts) for cells
+        # whose needs read the GPUs' size -> content -> kept mask (kept_mask)
+        self.kept_by_count: dict[int, dict[bytes | None, tuple[int, int]]] = {}
         self.by_content: dict[bytes, tuple[int, int | None]] = {}
-        self.kept_by_machine: dict[tuple[int, float | None], dict[bytes | None, int]] = {}
+        self.kept_by_machine: dict[tuple[int, float | None], dict[bytes | None, tuple[int, int]]] = {}
         self.param_mask |= self.needs_mask
         by_field: dict[Any, list[tuple[int, Conditions]]] = {}
         by_name: dict[str, list[tuple[int, Conditions]]] = {}
@@ -187,6 +206,7 @@ class _KbIndex:
         self.absent = {name: self._mask(name, False, None) for name in self.conditions}
         self.plans: dict[tuple[Any, ...], _Plan] = {}
         self.halves = Halves(self.rules)  # result mask -> its rules
+        self.pairs: dict[int, tuple[int, int]] = {}  # kept mask -> its halves (kept_mask)
         # id(fingerprint) -> (the fingerprint, kept alive so the id stays its own; its index): an identity lookup,
         # where hashing a fingerprint hashes each of its GPUs
         self.fingerprints: dict[int, tuple[Fingerprint, _FingerprintIndex]] = {}
@@ -252,9 +272,10 @@ class _KbIndex:
             self.plans[keys] = plan
         return plan
 
-    def kept_mask(self, fpi: _FingerprintIndex, params: Mapping[str, Any], key: bytes | None) -> int:
-        """A cell's parameters not seen yet on a machine with this GPU count and smallest GPU: all rules but those
-        whose parameter conditions fail for them or whose needs fail on such a machine; remembered by ``key``.
+    def kept_mask(self, fpi: _FingerprintIndex, params: Mapping[str, Any], key: bytes | None) -> tuple[int, int]:
+        """A cell's parameters not seen yet on a machine with this GPU count (and smallest GPU, for a cell with its
+        model's weights): all rules but those whose parameter conditions fail for them or whose needs fail on such a
+        machine; remembered by ``key``.
 
         ``key`` is the parameters written by ``marshal`` (None where it cannot write them). Equal bytes are equal
         names, values and exact types: marshal writes only built-in types, each with its own code (``True``, ``1``,
@@ -263,7 +284,7 @@ class _KbIndex:
         parameters whose names are str and whose values are str, int, bool, float or None: bytes equal to theirs
         come from parameters of those same types. One marshal call and one lookup replace, per cell, the names
         tuple, the plan, the values and their types (``verdict_of``), which take over where nothing is
-        remembered."""
+        remembered. The mask is returned as its halves (see ``matching_rules``)."""
         verdict = self.by_content.get(key) if key is not None else None
         exact = verdict is not None
         if verdict is None:
@@ -277,9 +298,17 @@ class _KbIndex:
             if failing is None:
                 failing = self.needs_failing(fpi, needs_id, params)
             mask &= ~failing
-        if exact and len(fpi.kept) < _MAX_KEPT:
-            fpi.kept[key] = mask
-        return mask
+        pair = self.pairs.get(mask)  # the mask as its (low, high) halves, one tuple per distinct mask (a few hundred)
+        if pair is None:
+            pair = (mask & self.halves.low_mask, mask >> self.halves.bits)
+            if len(self.pairs) < _MAX_CACHED:
+                self.pairs[mask] = pair
+        if exact:  # needs read the smallest GPU's size only for a cell with its model's weights (memory_needed):
+            # the others' kept mask is the same on every machine with as many GPUs
+            kept = fpi.kept if params.get(WEIGHTS_PARAM) is None else fpi.kept_sized
+            if len(kept) < _MAX_KEPT:
+                kept[key] = pair
+        return pair
 
     def verdict_of(self, params: Mapping[str, Any]) -> tuple[int, int | None]:
         """The verdict of a cell's parameters (``_verdict``), remembered per parameter names by the values of those
@@ -379,7 +408,9 @@ class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
     __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param",
-                 "needs_machine", "needs_failing", "kept", "low", "high", "low_mask", "half_bits")
+                 "needs_machine", "needs_failing", "kept", "kept_sized", "low", "high", "low_mask", "half_bits")
+
+    # by_engine, by_engine_param, kept and kept_sized hold masks as their (low, high) halves: see matching_rules
 
     def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
         self.kb_index = kb_index
@@ -390,26 +421,33 @@ class _FingerprintIndex:
             if engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
                 self.installed_engines |= bits
         # the engines of the knowledge base's rules, now; any other when a cell names it
-        self.by_engine = {engine: self.machine & (kb_index.engine_free | bits)
+        halves = kb_index.halves  # the knowledge base's, here to be one attribute nearer to the per-cell path
+        self.low, self.high, self.low_mask, self.half_bits = halves.low, halves.high, halves.low_mask, halves.bits
+        self.by_engine = {engine: self._pair(self.machine & (kb_index.engine_free | bits))
                           for engine, bits in kb_index.engine_masks.items()}
-        self.by_engine_param: dict[Any, int] = {}
+        self.by_engine_param: dict[Any, tuple[int, int]] = {}
         # needs verdicts, shared by the fingerprints whose needs_machine is the same
         self.needs_machine = needs_machine(facts) if kb_index.needs_rules else (0, None)
         self.needs_failing = kb_index.needs_by_machine.setdefault(self.needs_machine, {})
-        self.kept = kb_index.kept_by_machine.setdefault(self.needs_machine, {})
-        halves = kb_index.halves  # the knowledge base's, here to be one attribute nearer to the per-cell path
-        self.low, self.high, self.low_mask, self.half_bits = halves.low, halves.high, halves.low_mask, halves.bits
+        self.kept = kb_index.kept_by_count.setdefault(self.needs_machine[0], {})
+        self.kept_sized = kb_index.kept_by_machine.setdefault(self.needs_machine, {})
 
-    def candidates(self, engine: str | None, engine_param: Any) -> int:
-        """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter."""
+    def _pair(self, mask: int) -> tuple[int, int]:
+        return mask & self.low_mask, mask >> self.half_bits
+
+    def candidates(self, engine: str | None, engine_param: Any) -> tuple[int, int]:
+        """Rules whose machine and engine conditions hold: for ``engine``, or (no engine) the ``engine`` parameter,
+        remembered by its raw value when that is None or a str (``norm_value`` of it costs more than the lookup;
+        equal values of those types normalise alike, while ``True`` and ``1`` are equal keys that do not)."""
         kbi = self.kb_index
         if engine is not None:
-            mask = self.machine & (kbi.engine_free | kbi.engine_masks.get(engine, 0))
+            mask = self._pair(self.machine & (kbi.engine_free | kbi.engine_masks.get(engine, 0)))
             self.by_engine[engine] = mask
         else:
-            named = kbi.engine_masks.get(engine_param, 0) if isinstance(engine_param, str) else 0
-            mask = self.machine & (kbi.engine_free | self.installed_engines | named)
-            if len(self.by_engine_param) < _MAX_CACHED:
+            engine_key = norm_value(engine_param)
+            named = kbi.engine_masks.get(engine_key, 0) if isinstance(engine_key, str) else 0
+            mask = self._pair(self.machine & (kbi.engine_free | self.installed_engines | named))
+            if engine_param.__class__ in _RAW_ENGINE_TYPES and len(self.by_engine_param) < _MAX_CACHED:
                 self.by_engine_param[engine_param] = mask
         return mask
 
@@ -437,7 +475,7 @@ def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
     else:
         if len(kb_index.fingerprints) >= _MAX_FINGERPRINTS:
             kb_index.fingerprints.clear()
-        index = _FingerprintIndex(kb_index, Facts.of(fp))
+        index = _FingerprintIndex(kb_index, facts_of(fp))
         kb_index.fingerprints[id(fp)] = (fp, index)
     _LAST = (kb, fp, index)
     return index

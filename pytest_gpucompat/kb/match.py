@@ -43,13 +43,20 @@ class Facts:
         return _facts(fp)
 
 
-@lru_cache(maxsize=1024)  # as many as kb.index remembers fingerprints
-def _facts(fp: Fingerprint) -> Facts:
+def facts_of(fp: Fingerprint) -> Facts:
+    """``Facts.of`` without its cache: ``kb.index`` builds each fingerprint's facts once into the fingerprint's
+    index, found by identity, so hashing the fingerprint (each of its GPUs) to find them again is work lost."""
     packages = {}
+    names = _PACKAGE_NAMES
     for name, version in fp.packages.items():
         parsed = _ver(version)
         if parsed is not None:
-            packages[normalize_package(name)] = parsed
+            normal = names.get(name)
+            if normal is None:  # canonicalize_name runs a regular expression; a fleet has a handful of names
+                normal = normalize_package(name)
+                if len(names) < 4096:
+                    names[name] = normal
+            packages[normal] = parsed
     return Facts(
         gpus=tuple(
             (g.name.lower(), (g.architecture or "").lower() or None, _ver(g.compute_capability),
@@ -65,6 +72,10 @@ def _facts(fp: Fingerprint) -> Facts:
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
     )
+
+
+_facts = lru_cache(maxsize=1024)(facts_of)  # as many as kb.index remembers fingerprints
+_PACKAGE_NAMES: dict[str, str] = {}  # a package's name as written -> normalize_package's
 
 
 class _Unknown:
@@ -118,6 +129,7 @@ def _ver(text: str | None) -> Version | None:
 def clear_facts_cache() -> None:
     _facts.cache_clear()
     _VKEYS.clear()
+    _PACKAGE_NAMES.clear()
 
 
 # --------------------------------------------------------------------------- one function per condition kind

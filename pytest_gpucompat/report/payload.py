@@ -74,14 +74,41 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether `plain` would give the value back as it is: JSON types exactly, string keys. A cell's engine and
+    parameters nearly always are, and checking them takes a fraction of the time that copying them does."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _ATOMS and not _is_plain(item)):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(type(item) in _ATOMS or _is_plain(item) for item in value)
+    return False
+
+
 def fixed_part(cs: LiveCell) -> dict[str, Any]:
     """The part of the payload that changes only with the cell's findings: the cell and every finding so far, so
     that the last payload the report writer sees has them all."""
-    return {
-        **plain(cs.cell.to_dict()),
+    return _fixed_part(cs)[0]
+
+
+def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
+    """`fixed_part`, and whether all of it is plain already (`_is_plain`)."""
+    cell = cs.cell.to_dict()
+    ready = _is_plain(cell)
+    fixed = {
+        **(cell if ready else plain(cell)),
         "rules": [f.id for f in cs.findings],
         "findings": [FindingRecord.from_finding(f).to_dict() for f in (*cs.findings, *cs.flagged)],
     }
+    return fixed, ready and (not fixed["findings"] or _is_plain(fixed))
 
 
 def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
@@ -102,8 +129,11 @@ def build(cs: LiveCell, runner: str | None) -> dict[str, Any]:
 
 
 def fixed_text(cs: LiveCell) -> str:
-    """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`."""
-    return json.dumps(fixed_part(cs), default=str)[1:-1]
+    """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
+    it is plain already, json's shared encoder writes the same text as one made with ``default=str``, which json
+    builds anew for every call.)"""
+    fixed, ready = _fixed_part(cs)
+    return (json.dumps(fixed) if ready else json.dumps(fixed, default=str))[1:-1]
 
 
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
@@ -111,17 +141,26 @@ _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 CUDA_VISIBLE_DEVICES): made once rather than per phase."""
 
 
+def live_text(cs: LiveCell, runner: str | None) -> str:
+    """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
+    or noted, the same string object every time (``_EMPTY_LIVE``)."""
+    if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
+        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return _EMPTY_LIVE.get(key) or _EMPTY_LIVE.setdefault(key, json.dumps(live_part(cs, runner), default=str)[1:])
+    return json.dumps(live_part(cs, runner), default=str)[1:]
+
+
 def text(fixed: str, cs: LiveCell, runner: str | None) -> str:
-    """The payload as JSON text, from `fixed_text` and the live values.
+    """The payload as JSON text, from `fixed_text` and the live values (`join`).
 
     Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the garbage
     collector never walks, where a dict of dicts and lists is a dozen walked by every full collection (on 10,000
     cells, full collections are the largest part of the plugin's cost). xdist sends it as it is."""
-    if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
-        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        live = _EMPTY_LIVE.get(key) or _EMPTY_LIVE.setdefault(key, json.dumps(live_part(cs, runner), default=str)[1:])
-    else:
-        live = json.dumps(live_part(cs, runner), default=str)[1:]
+    return join(fixed, live_text(cs, runner))
+
+
+def join(fixed: str, live: str) -> str:
+    """The payload's JSON text from its two parts (`fixed_text`, `live_text`)."""
     return "{" + fixed + "," + live
 
 

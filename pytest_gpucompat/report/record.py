@@ -13,6 +13,7 @@ import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -92,8 +93,9 @@ def _finite(value: Any) -> float | None:
 
 
 def split_known(data: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
-    """The keys of `data` that are not `known`: what a record keeps in its `extra` and writes back untouched."""
-    names = set(known)
+    """The keys of `data` that are not `known`: what a record keeps in its `extra` and writes back untouched.
+    (`known` a mapping or a set is looked up as it is: a report of many cells calls this once per cell.)"""
+    names = known if isinstance(known, (Mapping, AbstractSet)) else set(known)
     return {k: v for k, v in data.items() if k not in names}
 
 
@@ -186,25 +188,26 @@ class CellRecord:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # Accept what the plugin naturally has (lists, finding dicts) but store immutable, checked values.
+        # Accept what the plugin naturally has (lists, finding dicts) but store immutable, checked values. Empty
+        # values, what most cells of a large run have, take the short way, and the values are stored in one update
+        # of the instance's dict rather than one object.__setattr__ each: a report is made of thousands of these.
         if self.outcome not in OUTCOMES:
             raise ValueError(f"cell {self.nodeid!r}: unknown outcome {self.outcome!r} (one of {', '.join(OUTCOMES)})")
-        if not self.test:
-            object.__setattr__(self, "test", _test_of(self.nodeid))
-        object.__setattr__(self, "rules", tuple(str(r) for r in self.rules))
-        object.__setattr__(
-            self,
-            "findings",
-            tuple(f if isinstance(f, FindingRecord) else FindingRecord.from_dict(f) for f in self.findings),
+        duration = self.duration_s
+        self.__dict__.update(
+            test=self.test or _test_of(self.nodeid),
+            rules=tuple(map(str, self.rules)) if self.rules else (),
+            findings=tuple(f if isinstance(f, FindingRecord) else FindingRecord.from_dict(f)
+                           for f in self.findings) if self.findings else (),
+            params=dict(self.params),
+            axes=dict(self.axes),
+            metrics={str(k): _finite(v) for k, v in self.metrics.items()} if self.metrics else {},
+            series={str(k): tuple(_finite(x) for x in v) for k, v in self.series.items()} if self.series else {},
+            duration_s=duration if type(duration) is float and math.isfinite(duration) else _finite(duration),
+            explained_by=tuple(dict(e) for e in self.explained_by) if self.explained_by else (),
+            deviations=tuple(dict(d) for d in self.deviations if isinstance(d, Mapping)) if self.deviations else (),
+            extra=dict(self.extra),
         )
-        object.__setattr__(self, "params", dict(self.params))
-        object.__setattr__(self, "axes", dict(self.axes))
-        object.__setattr__(self, "metrics", {str(k): _finite(v) for k, v in self.metrics.items()})
-        object.__setattr__(self, "series", {str(k): tuple(_finite(x) for x in v) for k, v in self.series.items()})
-        object.__setattr__(self, "duration_s", _finite(self.duration_s))
-        object.__setattr__(self, "explained_by", tuple(dict(e) for e in self.explained_by))
-        object.__setattr__(self, "deviations", tuple(dict(d) for d in self.deviations if isinstance(d, Mapping)))
-        object.__setattr__(self, "extra", dict(self.extra))
 
     @property
     def ran(self) -> bool:
@@ -231,16 +234,20 @@ class CellRecord:
             "rules": list(self.rules),
             "findings": [f.to_dict() for f in self.findings],
             "metrics": dict(self.metrics),
-            **({"series": {k: list(v) for k, v in self.series.items()}} if self.series else {}),
-            "duration_s": self.duration_s,
-            "log_tail": self.log_tail,
-            "worker": self.worker,
-            "runner": self.runner,
-            "when": self.when,
-            **({"explained_by": [dict(e) for e in self.explained_by]} if self.explained_by else {}),
-            **({"deviations": [dict(d) for d in self.deviations]} if self.deviations else {}),
         }
-        data.update({k: v for k, v in self.extra.items() if k not in data})
+        if self.series:
+            data["series"] = {k: list(v) for k, v in self.series.items()}
+        data["duration_s"] = self.duration_s
+        data["log_tail"] = self.log_tail
+        data["worker"] = self.worker
+        data["runner"] = self.runner
+        data["when"] = self.when
+        if self.explained_by:
+            data["explained_by"] = [dict(e) for e in self.explained_by]
+        if self.deviations:
+            data["deviations"] = [dict(d) for d in self.deviations]
+        if self.extra:
+            data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
 
     def deviations_text(self) -> str:
@@ -269,7 +276,10 @@ class CellRecord:
             extra = {**nested, **extra}
         elif nested is not None:
             extra["extra"] = nested
-        return cls(
+        # every field, by name: the instance is made without the dataclass's __init__ (one object.__setattr__ per
+        # field, frozen) and checked by __post_init__ as one made by it
+        record = cls.__new__(cls)
+        record.__dict__.update(
             nodeid=str(data["nodeid"]),
             test=data.get("test") or "",
             engine=data.get("engine"),
@@ -290,6 +300,8 @@ class CellRecord:
             deviations=tuple(data.get("deviations") or ()) if isinstance(data.get("deviations"), list) else (),
             extra=extra,
         )
+        record.__post_init__()
+        return record
 
 
 #: The keys of each record's JSON form -> their JSON types: what `from_dict` does not keep in `extra`, what the

@@ -71,46 +71,48 @@ class ReportCollector:
         self._cells_dir: str | None = None  # made for the first xdist worker
         self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
         self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
-        self._texts: dict[str, str] = {}  # nodeid -> the payload text merged last into its cell
 
     # ------------------------------------------------------------------ collecting
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        crash = self._crashes.pop(report.nodeid, None)
+        nodeid = report.nodeid  # a property that makes a new string each time
+        crash = self._crashes.pop(nodeid, None) if self._crashes else None
         if crash is not None:
             self._crashed(report, crash)
         else:
-            sent = next((v for k, v in report.user_properties if k == "gpucompat"), None)
-            text = sent if isinstance(sent, str) else None  # JSON text (state.CellState.payload_for)
-            if text is not None and report.passed and self._texts.get(report.nodeid) == text:
-                # the very text merged last into this cell (a call that measured nothing after its setup): merging
-                # it again would change nothing, and a passed report's outcome does not read it
-                self._again(report, self.cells[report.nodeid])
+            sent = None
+            for key, value in report.user_properties:  # most reports carry none (state.CellState.payload_for)
+                if key == "gpucompat":
+                    sent = value
+                    break
+            cell = self.cells.get(nodeid)
+            if sent is None and cell is not None:  # a phase that changed nothing since the cell's last payload
+                if report.outcome == "passed" and getattr(report, "wasxfail", None) is None:
+                    # `_again` the short way, for most reports of a large run: a passed setup or teardown has no
+                    # outcome (`_outcome`), a passed call is the cell's outcome unless a teardown came first; a passed
+                    # cell has nothing to explain
+                    cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
+                    if report.when == "call" and cell.get("when") != "teardown":
+                        cell["outcome"], cell["reason"], cell["when"] = "passed", None, "call"
+                        cell.pop("explained_by", None)
+                else:
+                    self._again(report, cell)
             else:
-                payload = json.loads(text) if text is not None else sent
-                if not isinstance(payload, dict):  # a passed teardown that told nothing new, or a test that is no cell
-                    cell = self.cells.get(report.nodeid)
-                    if cell is not None:
-                        cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
+                payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text, as payload.text makes it
+                if not isinstance(payload, dict):  # a test that is no cell
                     return
-                self._add(report, payload)
-                if text is not None:
-                    self._texts[report.nodeid] = text
+                if cell is None:
+                    cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, _worker_id(report), payload)
+                else:
+                    cell_payload.merge(cell, payload)
+                self._again(report, cell, payload)
         if self.path and self._checkpoint_due():
             self.write(partial=True)
 
-    def _add(self, report: pytest.TestReport, payload: dict[str, Any]) -> None:
-        cell = self.cells.get(report.nodeid)
-        if cell is None:
-            cell = self.cells[report.nodeid] = cell_payload.new_cell(report.nodeid, _worker_id(report), payload)
-        else:
-            cell_payload.merge(cell, payload)
-        self._again(report, cell, payload)
-
     def _again(self, report: pytest.TestReport, cell: dict[str, Any], payload: dict[str, Any] | None = None) -> None:
-        """What every report of a cell adds, its payload merged or not: its duration, its outcome, the rules that
-        explain a failure. ``payload`` is read for a report that did not pass only."""
+        """What every report of a cell adds, with a payload or not: its duration, its outcome, the rules that explain
+        a failure. ``payload`` is read for a report that did not pass only."""
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
         outcome, reason = _outcome(report, payload)
         if outcome is not None and _should_replace(cell, report.when, outcome):

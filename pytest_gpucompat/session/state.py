@@ -46,24 +46,28 @@ class CellState:
     flagged: tuple[Finding, ...] = ()
 
     # the part of the payload that only changes with the findings, as JSON text, built once for the reports of the
-    # setup, call and teardown phases, and the text last sent
+    # setup, call and teardown phases; and the (fixed, live) texts last sent
     _fixed: tuple[tuple[Finding, ...], tuple[Finding, ...], str] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    _sent: str | None = field(default=None, init=False, repr=False, compare=False)
+    _sent: tuple[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def payload_for(self, when: str, passed: bool, runner: str | None) -> str | None:
         """The payload a phase's report carries, as JSON text (``payload.text``), or None where it would tell the
-        report writer nothing new: a passed teardown that changed nothing since the call. A passed setup still
-        carries it: the cell must exist should the run be interrupted or its worker die in the call."""
+        report writer nothing new: a passed call or teardown that changed nothing since the last payload sent (the
+        writer takes the outcome from the report itself, and the cell from the payload it already has). The first
+        report of a cell, its setup's, always carries it: the cell must exist should the run be interrupted or its
+        worker die in the call. For most cells of a large run that is the only payload sent: the call and the
+        teardown cost a comparison of two strings, nothing is encoded or decoded again."""
         fixed = self._fixed
         if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
             fixed = self._fixed = (self.findings, self.flagged, cell_payload.fixed_text(self))
-        text = cell_payload.text(fixed[2], self, runner)
-        if passed and when == "teardown" and text == self._sent:
+        live = cell_payload.live_text(self, runner)
+        sent = self._sent
+        if passed and sent is not None and sent[1] == live and sent[0] == fixed[2]:
             return None
-        self._sent = text
-        return text
+        self._sent = (fixed[2], live)
+        return cell_payload.join(fixed[2], live)
 
 
 cell_key = cast("pytest.StashKey[CellState]", cell_payload.CELL_KEY)  # the collector's key, typed for the plugin
