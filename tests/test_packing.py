@@ -296,7 +296,7 @@ def test_a_shared_gpu_sizes_the_cache_of_an_engine_that_takes_one(monkeypatch: p
     from pytest_gpucompat.workload import checkpoint
 
     monkeypatch.setattr(checkpoint, "weights_mib", lambda model, dtype: 1000.0)
-    monkeypatch.setattr(sharing, "_release_has", lambda dist, since: dist == "vllm" and since == "0.10.2")
+    monkeypatch.setattr(sharing, "_release_has", lambda engine, since: engine == "vllm" and since == "0.10.2")
     share = sharing.GpuShare(None, None, None, {"G": 143_000.0}, 0.9, 10.0)  # type: ignore[arg-type]
     spec = share.sized(EngineSpec("vllm", "m", {"dtype": "bfloat16"}))
     size = spec.params["kv_cache_memory_bytes"]
@@ -310,5 +310,16 @@ def test_a_shared_gpu_sizes_the_cache_of_an_engine_that_takes_one(monkeypatch: p
     given = EngineSpec("vllm", "m", {"kv_cache_memory_bytes": 123})
     assert share.sized(given) == given  # the cell's own size is kept
     assert share.sized(EngineSpec("sglang", "m", {})).params == {}  # takes no size: starts on a quiet GPU
-    monkeypatch.setattr(sharing, "_release_has", lambda dist, since: False)  # a release before the setting
+    monkeypatch.setattr(sharing, "_release_has", lambda engine, since: False)  # a release before the setting
     assert share.sized(EngineSpec("vllm", "m", {})).params == {}
+
+
+def test_a_release_has_the_cache_size_setting_only_from_its_first_release() -> None:
+    pytest.importorskip("transformers")
+    from pytest_gpucompat.session import sharing
+
+    sharing._release_has.cache_clear()
+    assert sharing._release_has("hf", None) and sharing._release_has("hf", "0.0.1")
+    assert not sharing._release_has("hf", "9999")
+    assert not sharing._release_has("mypkg.engine:Factory", None)  # no distribution: nothing installed to ask
+    sharing._release_has.cache_clear()

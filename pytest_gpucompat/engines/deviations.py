@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common.versions import norm_value
+from . import HARNESS_PARAMS
 from .registry import HarnessDefault, descriptor
 
 __all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment", "harness_settings", "settle"]
 
-_NOT_SETTINGS = frozenset({"server", "endpoint", "flavor", "model_name", "host", "server_command", "log_path",
-                           "api_key", "extra_body", "startup_timeout_s", "request_timeout_s",
-                           "env", "task", "start_timeout_s", "call_timeout_s", "isolated", "harness_set"})
+_NOT_SETTINGS = HARNESS_PARAMS | frozenset({"server", "endpoint", "flavor", "model_name", "host", "server_command",
+                                            "log_path", "api_key", "extra_body", "startup_timeout_s",
+                                            "request_timeout_s"})
 """Spec params that choose or reach an engine rather than configure it (the harness keys among them)."""
 
 _UNKNOWN = object()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
@@ -234,7 +235,7 @@ class GpuShare:
         params = dict(spec.params) if isinstance(spec.params, Mapping) else {}
         if found is None or memory is None or memory.cache_bytes is None or params.get(memory.cache_bytes) is not None:
             return spec
-        if not _release_has(found.distribution, memory.cache_bytes_since):
+        if not _release_has(found.name, memory.cache_bytes_since):
             return spec
         total = min(self.totals.values())
         mib = cache_mib(memory, params, total, weights_mib(spec.model, load_dtype(spec.engine, params)))
@@ -323,21 +324,19 @@ class GpuShare:
         return shared_since(state.entries, state.released, self.gpus, self.ledger.holder, self._since)
 
 
-def _release_has(distribution: str, since: str | None) -> bool:
-    """Whether the installed release of ``distribution`` is ``since`` or later (no ``since``: any installed one)."""
-    from importlib import metadata
+@functools.cache
+def _release_has(engine: str, since: str | None) -> bool:
+    """Whether the installed release of ``engine`` is ``since`` or later (no ``since``: any installed one); asked
+    once per engine and worker, since every cell of a shared GPU asks."""
+    from ..common.versions import parse_version
+    from ..engines import engine_version
 
-    from packaging.version import InvalidVersion, Version
-
+    installed = engine_version(engine)
+    if installed is None or since is None:
+        return installed is not None
     try:
-        installed = metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return False
-    if since is None:
-        return True
-    try:
-        return Version(installed) >= Version(since)
-    except InvalidVersion:
+        return parse_version(installed) >= parse_version(since)
+    except ValueError:
         return False
 
 
