@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -11,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .common import jsontext
 from .common.errors import InputError, visible
 from .common.textfit import fit
 from .options import CLI, add_options
@@ -121,7 +121,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     from .machine.fingerprint import collect
 
     fp = collect(args.runner)
-    print(json.dumps(fp.to_dict(), indent=2) if args.json else format_fingerprint(fp))
+    print(jsontext.dumps(fp.to_dict(), indent=2) if args.json else format_fingerprint(fp))
     if not args.topology:
         return 0
     from .machine.topology import compare, nvidia_smi_topology
@@ -188,7 +188,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
     if args.json:  # the whole document, filtered by --severity; --quiet is for people, not for JSON readers
         docs = [check.to_json(fp, found, args.severity) for fp, found in results]
-        print(json.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
+        print(jsontext.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
     elif args.quiet:
         print(check.format_quiet(results))
     else:
@@ -215,7 +215,7 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     checked = replace(checked, assumed=assumed)
     found = evaluate_machine(kb, target)
     if args.json:
-        print(json.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity)}, indent=2))
+        print(jsontext.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity)}, indent=2))
     elif args.quiet:  # the command line's verdict and the machine's, one line each
         print(fit(format_command_check(checked).splitlines()[0]))
         print(check.format_quiet([(target, found)]))
@@ -243,7 +243,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
         print(format_lint(problems))
         return 1 if any(p.problems for p in problems) else 0
     if args.json:
-        print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
+        print(jsontext.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0
     for r in rules:
         engine = r.engine or "-"

@@ -69,14 +69,15 @@ def test_an_interrupted_write_keeps_the_old_file_and_no_temporary(tmp_path: Path
     assert target.read_text() == "old" and _leftovers(tmp_path) == []
 
 
-def test_the_mode_asked_for_or_the_existing_files(tmp_path: Path) -> None:
+def test_the_mode_asked_for_never_the_existing_files(tmp_path: Path) -> None:
+    """An existing file's mode is not kept: another user's 0666 or 4777 file must not make the report so."""
     assert _mode(write_atomic(tmp_path / "new", "a")) == 0o644
     assert _mode(write_atomic(tmp_path / "private", "a", mode=0o600)) == 0o600
-    kept = tmp_path / "kept"
-    kept.write_text("a")
-    kept.chmod(0o640)
-    assert _mode(write_atomic(kept, "b")) == 0o640
-    assert _mode(write_atomic(kept, "c", mode=0o600)) == 0o600 and kept.read_text() == "c"
+    replaced = tmp_path / "replaced"
+    replaced.write_text("a")
+    replaced.chmod(0o666)
+    assert _mode(write_atomic(replaced, "b")) == 0o644
+    assert _mode(write_atomic(replaced, "c", mode=0o600)) == 0o600 and replaced.read_text() == "c"
 
 
 def test_a_symlink_target_is_replaced_not_written_through(tmp_path: Path) -> None:
@@ -89,12 +90,12 @@ def test_a_symlink_target_is_replaced_not_written_through(tmp_path: Path) -> Non
     assert victim.read_text() == "precious" and not link.is_symlink() and _mode(link) == 0o644
 
 
-def test_reports_keep_an_existing_mode_and_refuse_links(tmp_path: Path) -> None:
+def test_reports_get_their_own_mode_and_refuse_links(tmp_path: Path) -> None:
     path = tmp_path / "report.md"
     assert _mode(io.write_text_atomic(path, "a")) == 0o644
-    path.chmod(0o640)
+    path.chmod(0o4777)
     io.write_text_atomic(path, "b")
-    assert _mode(path) == 0o640 and path.read_text() == "b"
+    assert _mode(path) == 0o644 and path.read_text() == "b"
     link = tmp_path / "link.md"
     link.symlink_to(path)
     with pytest.raises(UnsafeTarget):

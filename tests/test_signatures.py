@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 import time
 
@@ -11,6 +10,7 @@ import pytest
 
 from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.kb import load_kb, load_rule_file, parse_rule
+from pytest_gpucompat.kb.linear_regex import LinearPattern
 from pytest_gpucompat.kb.match import Facts, contradiction
 from pytest_gpucompat.kb.signatures import (
     MAX_LINE_CHARS,
@@ -99,7 +99,7 @@ def test_a_signature_identifies_a_failure_so_failure_none_has_none():
 
 def test_a_signature_is_compiled_once_on_load_and_searched_line_by_line():
     r = rule(signature="^RuntimeError: boom$")  # one string is a list of one
-    assert isinstance(r.signature[0], re.Pattern)
+    assert isinstance(r.signature[0], LinearPattern) and r.signature[0].pattern == "^RuntimeError: boom$"
     assert explained([r], failure(log_tail="INFO starting\nRuntimeError: boom\nexit")) == ["r1"]
     assert explained([rule(signature=r"starting\s+RuntimeError")],
                      failure(log_tail="INFO starting\nRuntimeError: boom")) == []  # never across lines

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common import jsontext
 from ..common.errors import InputError
 from ..common.files import DEFAULT_MODE, target_problem, write_atomic
 from ..common.inputs import load_file
@@ -146,7 +147,7 @@ def _is_leaf(value: Any) -> bool:
 def _format(value: Any, indent: int = 0) -> str:
     """JSON with sorted keys, one line per innermost list or mapping (a generated position, a prompt's ids)."""
     if _is_leaf(value):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        return jsontext.dumps(value, sort_keys=True, ensure_ascii=False)
     pad, end = " " * (indent + 1), " " * indent
     if isinstance(value, Mapping):
         items = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {_format(v, indent + 1)}"

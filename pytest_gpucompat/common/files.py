@@ -2,9 +2,12 @@
 
 Reports, golden files, the identity cache and the xdist ledger are all rewritten while others may read them, and
 some live in directories other users can write to (a shared cache, a CI workspace). So every write goes to a fresh
-temporary file that ``mkstemp`` creates with O_EXCL in the target's own directory (a symlink planted at a
+temporary file created with O_EXCL in the target's own directory (a symlink planted at a
 predictable name cannot redirect it), is fsynced, given its final mode and renamed over the target; a reader or a
-crash sees the old file or the new one, never half of one. At the bottom of the import graph: no package imports.
+crash sees the old file or the new one, never half of one. The new file's mode is always the writer's own choice
+less the umask (never one inherited from the file it replaces: another user's setuid or world-writable file must
+not make the report so), and another user's file in a shared (sticky or world-writable) directory is not replaced
+at all. At the bottom of the import graph: no package imports.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 DEFAULT_MODE = 0o644
-"""A new file others may read (reports, golden files): mkstemp's 0600 would hide a CI artifact from its readers."""
+"""A file others may read (reports, golden files), less the umask: 0600 would hide a CI artifact from its readers."""
 PRIVATE_MODE = 0o600
 """A file only this user may read or change (the identity cache, the xdist ledger)."""
 
@@ -42,6 +45,27 @@ def target_problem(path: str | os.PathLike[str]) -> str | None:
         return "is a directory"
     if not stat.S_ISREG(st.st_mode):
         return "exists and is not a regular file (a device, FIFO or socket); refusing to replace it"
+    return foreign_problem(path, st)
+
+
+def foreign_problem(path: str | os.PathLike[str], st: os.stat_result | None = None) -> str | None:
+    """Why a file must not be replaced because of who owns it, or None: it belongs to another user and sits in a
+    directory others can write to (sticky like /tmp, or world-writable). That user chose its name and may read
+    what replaces it, or plant it again; as the report lock does, such a file is refused rather than taken over."""
+    try:
+        st = os.lstat(path) if st is None else st
+    except OSError:
+        return None
+    if st.st_uid == os.geteuid():
+        return None
+    directory = os.path.dirname(os.fspath(path)) or "."
+    try:
+        dir_mode = os.stat(directory).st_mode
+    except OSError:
+        return None
+    if dir_mode & (stat.S_ISVTX | stat.S_IWOTH):
+        return (f"is owned by another user (uid {st.st_uid}) in a directory others can write to; "
+                "refusing to replace it (remove it or write elsewhere)")
     return None
 
 
@@ -52,14 +76,17 @@ def refuse_unsafe(path: str | os.PathLike[str]) -> None:
         raise UnsafeTarget(errno.EPERM, problem, os.fspath(path))
 
 
-def _kept_mode(target: Path) -> int:
-    """An existing regular target's permission bits (a user who made a report group-readable keeps that), else
-    DEFAULT_MODE. lstat: a symlink's target is never consulted."""
-    try:
-        st = os.lstat(target)
-    except OSError:
-        return DEFAULT_MODE
-    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else DEFAULT_MODE
+def _create_temporary(directory: Path, name: str, mode: int) -> tuple[int, str]:
+    """A new file beside the target, created with O_EXCL (a name planted there, a symlink included, is never
+    opened) and ``mode``: the kernel takes the umask off, as for any file a program creates."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(directory))
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -81,22 +108,24 @@ def _fsync_directory(directory: Path) -> None:
 def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
     """Replace ``path`` with ``text`` (UTF-8, ``\\n`` line ends) atomically; returns the path.
 
-    ``mode``: the new file's permission bits; None keeps an existing regular file's mode (else DEFAULT_MODE).
-    The temporary file is made by mkstemp (O_EXCL, 0600 until the chmod) beside the target, so a symlink planted
-    at any name cannot receive the text, and it is removed if anything fails. The rename replaces a symlink at
+    ``mode``: the new file's permission bits (DEFAULT_MODE when None), less the umask and never setuid, setgid or
+    sticky; nothing of a file already there is kept. The temporary file is created with O_EXCL beside the target,
+    so a symlink planted at any name cannot receive the text, and it is removed if anything fails. Another user's
+    file in a shared directory is refused (``foreign_problem``, UnsafeTarget). The rename replaces a symlink at
     ``path`` itself rather than writing where it points; callers that must refuse such a target call
     ``refuse_unsafe`` first.
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    final_mode = _kept_mode(target) if mode is None else mode
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    problem = foreign_problem(target)
+    if problem is not None:
+        raise UnsafeTarget(errno.EPERM, problem, os.fspath(path))
+    fd, tmp = _create_temporary(directory, target.name, (DEFAULT_MODE if mode is None else mode) & 0o777)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, final_mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

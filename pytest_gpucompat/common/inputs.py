@@ -42,22 +42,50 @@ def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
     """The file's text; a missing, unreadable, too large or non-UTF-8 file is an InputError naming it."""
     source = os.fspath(path)
     try:
-        with open_regular(path) as handle:
-            raw = handle.read(limit + 1)  # bounded: /dev/zero or a huge file must not fill the memory
+        raw = read_bytes(path, limit)
     except FileNotFoundError:
         raise InputError(source, None, "no such file") from None
     except IsADirectoryError:
         raise InputError(source, None, "is a directory, not a file") from None
-    except NotRegularFileError as exc:
+    except (NotRegularFileError, TooLargeError) as exc:
         raise InputError(source, None, str(exc)) from None
     except OSError as exc:
         raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > limit:
-        raise InputError(source, None, f"too large (more than {limit} bytes)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+class TooLargeError(OSError):
+    """The file holds more than the reader's limit: read no further (/dev/zero behind a symlink never ends)."""
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, part: str | None = None) -> bytes:
+    """The bytes of a regular file, at most ``limit``: the one bounded read of every file the package reads.
+
+    ``part``: None refuses a file over ``limit`` (TooLargeError, read no further); "head" or "tail" returns its
+    first or last ``limit`` bytes (metadata headers, a log's end). Other OSErrors: a missing file, a directory
+    (IsADirectoryError), a FIFO, socket or device (NotRegularFileError, decided on what was opened, without waiting
+    for a FIFO's writer)."""
+    with open_regular(path) as handle:
+        if part == "tail":
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                handle.seek(size - limit)
+            return handle.read(limit)
+        raw = handle.read(limit if part == "head" else limit + 1)
+    if len(raw) > limit:
+        raise TooLargeError(f"too large (more than {limit} bytes)")
+    return raw
+
+
+def read_json(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> Any:
+    """A JSON file read through ``read_bytes`` and checked like every input (``load_file``); InputError naming it.
+
+    For files of other programs (a model's config.json, tokenizer.json, a cache entry): callers that skip a file
+    they cannot use catch InputError, which says why."""
+    return load_file(path, "json", limit)
 
 
 class NotRegularFileError(OSError):

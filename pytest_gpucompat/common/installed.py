@@ -19,8 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inputs import TooLargeError, read_bytes
+
 _SEPARATORS = re.compile(r"[-_.]+")
 _HEADER_LINES = 64  # Version comes right after Metadata-Version and Name; stop reading long before the description
+_VERSION_BYTES = 64 * 1024  # where the Version header is: the first lines
+MAX_HEADER_BYTES = 4 * 1024 * 1024  # a wheel's headers (its README follows them) are a few KiB
 
 
 @dataclass(frozen=True)
@@ -37,29 +41,48 @@ def normalize(name: str) -> str:
     return _SEPARATORS.sub("-", name).lower()
 
 
-def _version_in(path: str) -> str | None:
-    """The Version header of a metadata file, or of METADATA / PKG-INFO inside a metadata directory."""
+def _version_in(path: str, reasons: list[str] | None = None) -> str | None:
+    """The Version header of a metadata file, or of METADATA / PKG-INFO inside a metadata directory.
+
+    Read like every input (``inputs.read_bytes``): a regular file only, its first bytes only. A metadata file that
+    is a FIFO, a device or a link to /dev/zero is a line in ``reasons`` and None."""
     if os.path.isdir(path):
         path = os.path.join(path, "METADATA" if path.endswith(".dist-info") else "PKG-INFO")
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for _, line in zip(range(_HEADER_LINES), handle):
-                if line.startswith("Version:"):
-                    return line[8:].strip() or None
-                if not line.strip():  # the headers end at the first blank line
-                    return None
-    except OSError:
+        raw = read_bytes(path, _VERSION_BYTES, part="head")
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        _refused(path, exc, reasons)
+        return None
+    for _, line in zip(range(_HEADER_LINES), raw.decode("utf-8", "replace").splitlines()):
+        if line.startswith("Version:"):
+            return line[8:].strip() or None
+        if not line.strip():  # the headers end at the first blank line
+            return None
     return None
 
 
-def find(names: Iterable[str]) -> dict[str, Installed]:
-    """Each of ``names`` that is installed, keyed by the name as asked."""
+class _Unreadable(Exception):
+    """Metadata this reading refused (not a regular file): importlib.metadata must not read it either."""
+
+
+def _refused(path: str, exc: OSError, reasons: list[str] | None) -> None:
+    if reasons is not None:
+        reasons.append(f"{path}: not read: {exc.strerror or exc}")
+    raise _Unreadable(path)
+
+
+def find(names: Iterable[str], reasons: list[str] | None = None) -> dict[str, Installed]:
+    """Each of ``names`` that is installed, keyed by the name as asked. A distribution whose metadata is not a
+    regular file (a FIFO, a device, /dev/zero behind a link) is left out with a line in ``reasons``: neither this
+    reading nor importlib.metadata reads it."""
     asked = {normalize(name): name for name in names}
     found: dict[str, Installed] = {}
     slow: set[str] = set()  # importlib.metadata decides these
+    refused: set[str] = set()  # metadata that is not a regular file: never read, by anyone
     for entry in sys.path:
-        missing = asked.keys() - found.keys() - slow
+        missing = asked.keys() - found.keys() - slow - refused
         if not missing:
             break
         where = entry or os.getcwd()
@@ -79,13 +102,17 @@ def find(names: Iterable[str]) -> dict[str, Installed]:
             key = normalize(stem.partition("-")[0])
             if key not in missing or key in found:
                 continue
-            version = _version_in(os.path.join(where, item))
+            try:
+                version = _version_in(os.path.join(where, item), reasons)
+            except _Unreadable:
+                refused.add(key)
+                continue
             if version is None:
                 slow.add(key)
                 continue
             found[key] = Installed(version, Path(where), os.path.join(where, item))
-    if slow - found.keys():
-        found.update(_from_importlib(asked[key] for key in slow - found.keys()))
+    if slow - found.keys() - refused:
+        found.update(_from_importlib(asked[key] for key in slow - found.keys() - refused))
     return {asked[key]: value for key, value in found.items() if key in asked}
 
 
@@ -124,21 +151,25 @@ def requirements(name: str, found: Installed) -> list[str]:
 
 def _headers(path: str, header: str) -> list[str]:
     """Every value of one header of a metadata file (continuation lines joined), up to the blank line that ends
-    the headers."""
+    the headers. Read through ``inputs.read_bytes``: a regular file, headers of at most MAX_HEADER_BYTES, else
+    OSError."""
     prefix = header.lower() + ":"
     values: list[str] = []
     current: list[str] | None = None
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                break
-            if line[0] in " \t":  # a folded header goes on
-                if current is not None:
-                    current.append(line.strip())
-                continue
+    raw = read_bytes(path, MAX_HEADER_BYTES, part="head")
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if len(raw) == MAX_HEADER_BYTES and not any(not line.strip() for line in lines):
+        raise TooLargeError(f"{path}: headers longer than {MAX_HEADER_BYTES} bytes")
+    for line in lines:
+        if not line.strip():
+            break
+        if line[0] in " \t":  # a folded header goes on
             if current is not None:
-                values.append(" ".join(current))
-            current = [line[len(prefix):].strip()] if line.lower().startswith(prefix) else None
+                current.append(line.strip())
+            continue
+        if current is not None:
+            values.append(" ".join(current))
+        current = [line[len(prefix):].strip()] if line.lower().startswith(prefix) else None
     if current is not None:
         values.append(" ".join(current))
     return [value for value in values if value]

@@ -5,7 +5,6 @@ the small network helpers the `openai` engine needs. Nothing is started here.
 from __future__ import annotations
 
 import importlib.util
-import json
 import shlex
 import shutil
 import socket
@@ -14,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..common import jsontext
 from . import exception_line
 from .base import EngineFailed, EngineUnavailable
 from .registry import canonical_name, descriptor, server_names
@@ -63,7 +63,7 @@ def cli_flags(params: Mapping[str, Any], style: str) -> list[str]:
         if value is True:
             out.append(flag)
         elif isinstance(value, Mapping):
-            out += [flag, json.dumps(dict(value))]
+            out += [flag, jsontext.dumps(dict(value))]
         elif isinstance(value, (list, tuple)):
             out += [flag, *[str(v) for v in value]]
         else:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..common import jsontext
 from ..common.files import PRIVATE_MODE, write_atomic
 from ..engines.processes import start_time
 from .packing import Request, blocker, describe_requests, stalled
@@ -94,7 +95,7 @@ class State:
                    int(data.get("next_ticket") or 1))
 
     def to_json(self) -> str:
-        return json.dumps({"entries": [asdict(e) for e in self.entries], "members": self.members,
+        return jsontext.dumps({"entries": [asdict(e) for e in self.entries], "members": self.members,
                            "released": self.released, "next_ticket": self.next_ticket})
 
     def reclaim(self, alive: Callable[[str], bool]) -> None:

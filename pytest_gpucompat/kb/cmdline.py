@@ -10,8 +10,9 @@ settings as parameters) then goes through the knowledge base like any other: an 
 
 from __future__ import annotations
 
-import ast
 import difflib
+import math
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -253,15 +254,30 @@ def _renamed(flag: str, history: History, before: int, after: int) -> str | None
 
 
 def _value(text: str | None, attrs: Mapping[str, Any]) -> Any:
-    """The value a setting takes: booleans for switches, numbers where the text is one."""
+    """The value a setting takes: booleans for switches, numbers where the text is one, else the text.
+
+    Read with a pattern, never a recursive parser: the text is the user's (5,000 dashes before a digit made
+    ``ast.literal_eval`` recurse until it crashed). A number with more digits than a float holds, or one that is not
+    finite (``1e999``), stays text: the KB compares it as written, and JSON output cannot hold Infinity."""
     if text is None:
         action = attrs.get("action")
         return action != "store_false"
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    word = text.strip()
+    if word in ("True", "False"):
+        return word == "True"
+    if len(word) > _MAX_NUMBER_CHARS:
         return text
-    return value if isinstance(value, (int, float, bool)) else text
+    if _INT.fullmatch(word):
+        return int(word)
+    if _FLOAT.fullmatch(word):
+        number = float(word)
+        return number if math.isfinite(number) else text
+    return text
+
+
+_MAX_NUMBER_CHARS = 64
+_INT = re.compile(r"[+-]?\d+(?:_\d+)*")
+_FLOAT = re.compile(r"[+-]?(?:\d+(?:_\d+)*\.?\d*(?:_\d+)*|\.\d+(?:_\d+)*)(?:[eE][+-]?\d+)?")
 
 
 def target_fingerprint(fp: Fingerprint, check: CommandCheck) -> tuple[Fingerprint, tuple[str, ...]]:

@@ -7,7 +7,6 @@ table is data, so that a team can teach it its own harness's words (``GPUCOMPAT_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,6 +16,7 @@ from typing import Any
 from ..common.errors import InputError
 from ..common.inputs import load_file
 from ..common.paths import matrices_dir
+from .linear_regex import LinearPattern
 from .load import file_stamp
 from .schema import FAILURES, SEVERITIES
 from .signatures import Failure, compile_pattern, signature_matches
@@ -31,7 +31,7 @@ DEFAULT = ("crash", "broken")
 class FailureMode:
     failure: str
     severity: str
-    pattern: re.Pattern[str] | None = None
+    pattern: LinearPattern | None = None
     phase: str | None = None
 
     def describes(self, failure: Failure, lines: Sequence[str]) -> bool:

@@ -1,23 +1,21 @@
-"""Which regular expressions may be run over engine logs: the forms that make Python's backtracking matcher slow.
+"""The shapes a signature may have: the forms that make a backtracking matcher slow are refused on load.
 
-Signatures are written by users and run over logs that can hold long lines. A pattern is refused when it can
-backtrack exponentially (a repeat inside a repeat, an alternation inside a repeat, a backreference) or cubically
-(two unbounded repeats that can match the same characters with nothing between them that the first cannot match
-too: ``a.*b.*c``, ``\\S+x\\S+``, ``\\S+\\s*\\S+``), in any group, lookaround or optional part. Bounded repeats count
-as repeats when their length can vary (``.{0,2000}.{0,2000}`` is as slow as ``.*.*``), and bounds are capped. What
-is left is at worst quadratic in a line's length, and signatures are searched line by line with lines cut short
-(``kb.signatures``). As a last guard, each pattern that passes is timed once on adversarial lines of growing
-length up to the longest line searched (``too_slow``), and refused when one search takes longer than a line may.
-Reading the pattern's parse tree is the only way to know its shape; ``re`` keeps its parser in a private module,
-the same one in every supported Python.
+Signatures are matched by RE2 (``kb.linear_regex``), in time linear in the line whatever their shape, so this
+check is no longer what keeps a search from hanging. It keeps rule files to the forms that are fast in every
+matcher a team runs them with (a rule's signature is also pasted into ``grep -P`` and Python scripts over the same
+logs), and its refusal says how to write the pattern instead. Refused: a repeat inside a repeat, an alternation
+inside a repeat, a backreference (exponential when backtracking); two repeats that can match the same characters
+with nothing between them that the first cannot match too (``a.*b.*c``, ``\\S+x\\S+``, ``\\S+\\s*\\S+``: cubic),
+in any group, lookaround or optional part; too many unbounded repeats and repeat bounds too large. Reading the
+pattern's parse tree is the only way to know its shape; ``re`` keeps its parser in a private module, the same one
+in every supported Python.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import string
-import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,11 +30,6 @@ MAX_REPEAT_BOUND = 1000
 """The largest ``n`` of one ``{m,n}``."""
 MAX_TOTAL_BOUND = 2048
 """The sum of the bounds of all bounded repeats, each times the bounds of the repeats around it."""
-PROBE_LINE_CHARS = 2048
-"""The longest line a pattern is timed on: ``kb.signatures.MAX_LINE_CHARS``."""
-PROBE_BUDGET_S = 0.05
-"""The most CPU time one search of a ``PROBE_LINE_CHARS`` line may take (a quadratic pattern takes a few ms)."""
-_PROBE_FLOOR_S = 0.002
 
 _REPEATS = {_sre.MAX_REPEAT, _sre.MIN_REPEAT} | ({_sre.POSSESSIVE_REPEAT} if hasattr(_sre, "POSSESSIVE_REPEAT")
                                                  else set())
@@ -47,8 +40,11 @@ _CATEGORIES = {"CATEGORY_DIGIT": r"\d", "CATEGORY_NOT_DIGIT": r"\D", "CATEGORY_S
 
 
 def parse(text: str) -> Any:
-    """The parse tree of ``text`` (``re.error`` when it is not a regular expression)."""
-    return _sre.parse(text)
+    """The parse tree of ``text`` (``re.error`` when it is not a regular expression). Python's warnings about
+    its own future syntax (``[[:alpha:]]``) are not printed: RE2 decides what the pattern means."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _sre.parse(text)
 
 
 def risk(parsed: Any) -> str | None:
@@ -201,66 +197,3 @@ def _separates(op: Any, av: Any, first: frozenset[str], ignore_case: bool) -> bo
 
 
 _STATE = _sre.State() if hasattr(_sre, "State") else _sre.Pattern()
-
-
-def too_slow(pattern: re.Pattern[str]) -> str | None:
-    """Time the pattern on lines it is slowest on (each of its literal characters and a few others repeated, its
-    literal text repeated), doubling their length up to PROBE_LINE_CHARS; a search over budget refuses it.
-
-    The budget grows with the square of the length (what is allowed is at worst quadratic), so a pattern that is
-    worse is stopped on a short line, long before it takes long. CPU time of this thread is measured, so a busy
-    machine does not make a fine pattern look slow; an overrun is measured twice before it counts."""
-    return _too_slow(pattern.pattern, pattern.flags)
-
-
-@functools.lru_cache(maxsize=1024)
-def _too_slow(text: str, flags: int) -> str | None:
-    parsed = parse(text)
-    if not _has_repeat(parsed):  # literals, classes and alternations: linear in the line
-        return None
-    pattern = re.compile(text, flags)
-    literals = _literals(parsed)
-    chars = list(dict.fromkeys([*literals[:8], "a", "0", " ", "-", "."]))
-    runs = [run for run in ("".join(literals), max(_literal_runs(parsed), key=len, default="")) if run]
-    length = 16
-    while length <= PROBE_LINE_CHARS:
-        allowed = max(PROBE_BUDGET_S * (length / PROBE_LINE_CHARS) ** 2, _PROBE_FLOOR_S)
-        for line in [c * length for c in chars] + [(run * (length // len(run) + 1))[:length] for run in runs]:
-            took = _time(pattern, line)
-            if took > allowed and min(took, _time(pattern, line)) > allowed:
-                return f"one search of a {length}-character line took {took * 1000:.0f} ms"
-        length *= 2
-    return None
-
-
-def _time(pattern: re.Pattern[str], line: str) -> float:
-    start = time.thread_time()
-    pattern.search(line)
-    return time.thread_time() - start
-
-
-def _has_repeat(parsed: Any) -> bool:
-    return any(op in _REPEATS or any(_has_repeat(sub) for sub in _subpatterns(av)) for op, av in parsed)
-
-
-def _literals(parsed: Any) -> list[str]:
-    """The literal characters of a pattern, in order."""
-    out: list[str] = []
-    for op, av in parsed:
-        if op == _sre.LITERAL:
-            out.append(chr(av))
-        for sub in _subpatterns(av):
-            out += _literals(sub)
-    return out
-
-
-def _literal_runs(parsed: Any) -> list[str]:
-    """The runs of consecutive literal characters of a pattern's top-level sequence."""
-    runs, run = [], ""
-    for op, av in _flat(parsed):
-        if op == _sre.LITERAL:
-            run += chr(av)
-        else:
-            runs.append(run)
-            run = ""
-    return [*runs, run]

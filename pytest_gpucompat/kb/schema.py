@@ -6,7 +6,6 @@ reads it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from ..common.versions import normalize_package
+from .linear_regex import LinearPattern
 
 SEVERITIES = ("broken", "degraded", "advice")
 FAILURES = ("crash", "hang", "error-at-start", "oom", "wrong-output", "slow", "memory", "fallback", "precision",
@@ -111,9 +111,9 @@ class Rule:
     claims: tuple[str, ...] = ()
     note: str | None = None
     file: str = ""
-    # regular expressions, compiled on load (kb/signatures.py): any of them in a failed cell's reason or log tail
-    # identifies the failure as this rule's
-    signature: tuple[re.Pattern[str], ...] = ()
+    # regular expressions, compiled on load by RE2 (kb/signatures.py): any of them in a failed cell's reason or log
+    # tail identifies the failure as this rule's
+    signature: tuple[LinearPattern, ...] = ()
 
 
 @dataclass(frozen=True)

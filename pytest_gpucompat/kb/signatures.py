@@ -2,10 +2,11 @@
 
 A rule's ``signature`` is a list of regular expressions; any one of them found in a line of a failed cell's reason
 or engine log tail identifies the failure. They are user input run over engine output, so each is compiled once,
-when its rule file is loaded, and refused there when its shape can make the matcher slow (``kb.regex_safety``);
-the text searched is bounded: the start of the reason and the end of the log, ``MAX_TEXT_CHARS`` in all, line by
-line, each line cut at ``MAX_LINE_CHARS`` (a failure's own line is short; a dumped configuration is not what a
-signature is about).
+when its rule file is loaded, by RE2 (``kb.linear_regex``: a search takes time linear in the line, whatever the
+pattern), and refused there when RE2 does not accept it or its shape is one that backtracking matchers choke on
+(``kb.regex_safety``); the text searched is bounded: the start of the reason and the end of the log,
+``MAX_TEXT_CHARS`` in all, line by line, each line cut at ``MAX_LINE_CHARS`` (a failure's own line is short; a
+dumped configuration is not what a signature is about).
 
 ``explaining_rules`` is the one definition of "this failure matches a known issue": a rule explains a failed cell
 when its signature matches and no known fact of the cell contradicts its ``when`` (``kb.match.contradiction``).
@@ -19,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engines.registry import kb_engine_of
+from .linear_regex import LinearPattern, PatternError, compile_linear
 from .match import Facts, contradiction
-from .regex_safety import parse, risk, too_slow
+from .regex_safety import parse, risk
 from .schema import CONFIDENCES, Rule
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ MAX_PATTERN_CHARS = 1000
 _CONFIDENCE_ORDER = {c: i for i, c in enumerate(reversed(CONFIDENCES))}  # verified, upstream, documents
 
 
-def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) -> re.Pattern[str]:
+def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) -> LinearPattern:
     """One regular expression of a signature (or of another table of failure texts), searched in one line at a
     time; ``fail(field, problem)`` makes the error that names the file."""
     if not isinstance(text, str) or not text.strip():
@@ -42,21 +44,22 @@ def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) 
     if len(text) > MAX_PATTERN_CHARS:
         raise fail(fld, f"longer than {MAX_PATTERN_CHARS} characters")
     try:
-        pattern = re.compile(text)
         problem = risk(parse(text))
     except (re.error, RecursionError, OverflowError) as exc:
-        raise fail(fld, f"not a regular expression: {exc}") from None
-    if problem is None:
-        problem = too_slow(pattern)  # the shape is fine: time it on its worst lines
+        raise fail(fld, f"not a regular expression: {' '.join(str(exc).split())}") from None
     if problem is not None:
         raise fail(fld, f"{problem}: it could take very long on a long log line; write the literal text, "
                         r"with one .* or \S+ between its parts")
+    try:
+        pattern = compile_linear(text)
+    except PatternError as exc:
+        raise fail(fld, f"not accepted by the linear-time matcher (RE2): {exc}") from None
     if pattern.search(""):
         raise fail(fld, "matches an empty text, so it would match every failure")
     return pattern
 
 
-def compile_signature(raw: Any, fail: Callable[[str, str], Exception]) -> tuple[re.Pattern[str], ...]:
+def compile_signature(raw: Any, fail: Callable[[str, str], Exception]) -> tuple[LinearPattern, ...]:
     """A rule's ``signature``: a regular expression or a list of them (any of them identifies the failure)."""
     if raw is None:
         return ()
@@ -74,7 +77,7 @@ def failure_lines(reason: str | None, log_tail: str | None) -> tuple[str, ...]:
     return tuple(line[:MAX_LINE_CHARS] for line in head.splitlines() + tail.splitlines() if line.strip())
 
 
-def signature_matches(signature: Iterable[re.Pattern[str]], lines: Sequence[str]) -> bool:
+def signature_matches(signature: Iterable[LinearPattern], lines: Sequence[str]) -> bool:
     return any(pattern.search(line) for pattern in signature for line in lines)
 
 

@@ -122,7 +122,7 @@ def collect(name: str | None = None) -> Fingerprint:
     with nvml(reasons) as pynvml:
         if pynvml is not None:
             driver, cuda_driver, gpus, links = _collect_nvml(pynvml, visible, reasons)
-    packages, installs = installed_packages(), engine_installs(reasons)  # installs.py: declared requirements met
+    packages, installs = installed_packages(reasons), engine_installs(reasons)  # installs.py: declared requirements met
     cuda_runtime = cuda_runtime_version(packages)
     if cuda_runtime is None and "torch" in packages:
         reasons.append(f"torch {packages['torch']} is a CPU build (no CUDA runtime)")
@@ -143,7 +143,7 @@ def collect(name: str | None = None) -> Fingerprint:
         container=detect_container(),
         cuda_visible_devices=visible,
         env=engine_env(),
-        reasons=tuple(reasons),
+        reasons=tuple(dict.fromkeys(reasons)),  # one unreadable METADATA is found by two readers
     )
 
 

@@ -68,7 +68,7 @@ def engine_installs(reasons: list[str] | None = None) -> dict[str, EngineInstall
     """
     reasons = [] if reasons is None else reasons
     engines = [d for d in descriptors() if d.packages]
-    found = find(dict.fromkeys(name for d in engines for name in (*d.packages, *d.acceleration)))
+    found = find(dict.fromkeys(name for d in engines for name in (*d.packages, *d.acceleration)), reasons)
     declared: dict[str, tuple[str, str | None, list[str] | None]] = {}  # engine -> (distribution, version, lines)
     for d in engines:
         dist = next((name for name in d.packages if name in found), None)

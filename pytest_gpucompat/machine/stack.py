@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..common.inputs import read_bytes
 from ..common.installed import find
 from ..engines.registry import stack_packages, tracked_packages
 
@@ -27,16 +28,17 @@ def tracked_distributions() -> dict[str, tuple[str, ...]]:
     beside itself (asked live, so an engine registered later is tracked too), and the packages they share."""
     return {**tracked_packages(), **stack_packages(), **_OTHER_PACKAGES}
 
-# nvmlDeviceGetArchitecture values (nvml.h NVML_DEVICE_ARCH_*).
+_VERSION_FILE_BYTES = 64 * 1024  # torch/version.py: a dozen lines
 
-def installed_packages() -> dict[str, str]:
-    """Versions of the tracked distributions, the first installed name of each in the order listed.
+def installed_packages(reasons: list[str] | None = None) -> dict[str, str]:
+    """Versions of the tracked distributions, the first installed name of each in the order listed; metadata that
+    cannot be read safely (a FIFO, a device) is a line in ``reasons`` (installed.find).
 
     Read from the distributions' own metadata directories (installed.py), not by importing importlib.metadata or
     scanning every installed distribution: either cost more than the rest of `gpucompat env`.
     """
     tracked = tracked_distributions()
-    installed = find(name for names in tracked.values() for name in names)
+    installed = find((name for names in tracked.values() for name in names), reasons)
     found: dict[str, str] = {}
     for key, names in tracked.items():
         version = next((installed[name].version for name in names if name in installed), None)
@@ -67,9 +69,10 @@ def _torch_version_file() -> str | None:
     """Read ``cuda = '13.0'`` from torch/version.py; "" means a CPU build, None means unknown."""
     torch = find(["torch"]).get("torch")
     try:
-        text = (torch.location / "torch" / "version.py").read_text() if torch is not None else ""
+        raw = read_bytes(torch.location / "torch" / "version.py", _VERSION_FILE_BYTES) if torch is not None else b""
     except OSError:
         return None
+    text = raw.decode("utf-8", "replace")
     if not text:
         return None
     for line in text.splitlines():

@@ -167,8 +167,7 @@ def cmd_explain(
     is explained (or there is none), 1 when some are not, 2 on bad input. ``write``: the report itself gets each
     cell's `explained_by` as the knowledge base judges it now (a rule written after the run explains the run's
     failures in every rendering made from it)."""
-    import json
-
+    from ..common import jsontext
     from ..common.errors import InputError
     from ..kb import load_kb
     from ..kb.failure_modes import load_failure_modes
@@ -191,7 +190,7 @@ def cmd_explain(
             write_report_atomic(with_explanations(report, result, knowledge), source)
         except OSError as exc:
             return _error("explain", f"cannot write {_os_message(exc)}")
-    sys.stdout.write(json.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
+    sys.stdout.write(jsontext.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
                      else format_explanation(result))
     return EXIT_UNEXPLAINED if result.unexplained or result.stopped else EXIT_OK
 
@@ -206,9 +205,8 @@ def cmd_golden(
     """Judge each precision cell's kept outputs against the golden files in ``golden``; with ``output``, write the
     report with those verdicts in place of the run's. Exit 0 when no checked cell failed, 1 when one failed or its
     golden file was refused, 2 on bad input."""
-    import json
-
     from ..checks.golden_files import load_golden_source
+    from ..common import jsontext
     from ..common.errors import InputError
     from .golden import check_report, checks_json, format_checks, with_checks
     from .html import render_html
@@ -235,7 +233,7 @@ def cmd_golden(
                 write_text_atomic(html, render_html(updated))
     except OSError as exc:
         return _cannot_write("golden", option, exc)
-    text = json.dumps(checks_json(checks), indent=2) + "\n" if as_json else format_checks(checks, source, where)
+    text = jsontext.dumps(checks_json(checks), indent=2) + "\n" if as_json else format_checks(checks, source, where)
     sys.stdout.write(text)
     return EXIT_GOLDEN_FAILED if any(check.bad for check in checks) else EXIT_OK
 

@@ -51,8 +51,9 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write via a temp file in the same directory + fsync + os.replace (files.write_atomic): readers never see half
-    a file. An existing target keeps its mode (a new one is 0644: a CI artifact is read by others) and must be a
-    regular file, not a symlink (``UnsafeTarget``, an OSError naming the path)."""
+    a file. The file is 0644 less the umask (a CI artifact is read by others), whatever mode a file it replaces
+    had; the target must be a regular file, not a symlink nor another user's file in a shared directory
+    (``UnsafeTarget``, an OSError naming the path)."""
     refuse_unsafe(path)
     return write_atomic(path, text)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..common import jsontext
 from ..report import payload as cell_payload
 from ..report.lock import ReportLock
 from ..report.payload import CELL_KEY
@@ -362,7 +363,7 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
 
     cells = {item.nodeid: cell_payload.build(cs, runner) for item in items if (cs := item.stash.get(CELL_KEY, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
-    write_text_atomic(os.path.join(directory, f"{worker}.json"), json.dumps(cells, ensure_ascii=False))
+    write_text_atomic(os.path.join(directory, f"{worker}.json"), jsontext.dumps(cells, ensure_ascii=False))
 
 
 def _worker_id(report: pytest.TestReport) -> str | None:

@@ -385,14 +385,13 @@ def note_units(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     directory = workerinput.get(SHARE_DIR)
     if not directory:
         return
-    import json
-
+    from ..common import jsontext
     from ..common.files import write_atomic
 
     kinds = {item.nodeid: kind for item in items if (kind := unit_kind(config, item)) is not None}
     name = _UNITS_FILE.format(worker=workerinput.get("workerid", os.getpid()))
     with contextlib.suppress(OSError):  # unwritten, the scheduler deals these tests out as any other
-        write_atomic(os.path.join(directory, name), json.dumps(kinds, sort_keys=True))
+        write_atomic(os.path.join(directory, name), jsontext.dumps(kinds, sort_keys=True))
 
 
 def unit_kinds(config: pytest.Config) -> dict[str, str]:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common import jsontext
 from ..common.files import PRIVATE_MODE, write_atomic
 from ..common.paths import cache_dir
 
@@ -322,7 +323,7 @@ def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None)
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         # mkstemp (O_EXCL) inside: a link planted in a shared cache receives nothing; 0600: only this user believes it
-        write_atomic(entry, json.dumps(identity.to_dict(), sort_keys=True), mode=PRIVATE_MODE)
+        write_atomic(entry, jsontext.dumps(identity.to_dict(), sort_keys=True), mode=PRIVATE_MODE)
     return identity
 
 

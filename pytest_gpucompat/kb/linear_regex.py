@@ -1,0 +1,64 @@
+"""Regular expressions that match in time linear in the text, whatever their shape: RE2 (``google-re2``).
+
+A signature is user input run over engine output. Python's ``re`` backtracks: a pattern with no repeat at all,
+a chain of alternations (``(?:x|x)`` forty times, then ``Q``), tries 2**40 ways on a 60-character line, and no shape
+check can prove every pattern safe. RE2 compiles a pattern to an automaton and matches without backtracking, in time
+proportional to the line times the pattern, so no pattern can make a search hang. What it does not accept
+(backreferences, lookarounds, a repeat bound above 1000) is refused on load with RE2's own reason. ``\\d``, ``\\w``,
+``\\s`` and ``\\b`` are ASCII classes in RE2, as in the logs they are written for.
+
+RE2 is imported when the first pattern is compiled (a knowledge base with signatures), never by the plugin alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_PROGRAM_BYTES = 8 << 20
+"""The memory RE2 may use for one compiled pattern (its default); a pattern that needs more is refused on load."""
+
+
+class PatternError(ValueError):
+    """A pattern RE2 refuses; the message is its reason, as one line."""
+
+
+@dataclass(frozen=True)
+class LinearPattern:
+    """One compiled pattern. ``search`` says whether it occurs in a text (no match object: a signature identifies
+    a failure, it extracts nothing). Equal and hashed by its text, so rules stay comparable."""
+
+    pattern: str
+    _compiled: Any = field(compare=False, repr=False)
+
+    def search(self, text: str) -> bool:
+        return self._compiled.search(text) is not None
+
+
+_OPTIONS: Any = None
+
+
+def compile_linear(text: str) -> LinearPattern:
+    """``text`` compiled by RE2; PatternError (one line, RE2's reason) for what it does not accept."""
+    global _OPTIONS
+    import re2
+
+    if _OPTIONS is None:
+        options = re2.Options()
+        options.log_errors = False  # RE2 would print each refusal on stderr itself
+        options.never_capture = True  # groups only group: nothing is extracted, the automaton stays small
+        options.max_mem = MAX_PROGRAM_BYTES
+        _OPTIONS = options
+    try:
+        return LinearPattern(text, re2.compile(text, _OPTIONS))
+    except re2.error as exc:
+        raise PatternError(_reason(exc)) from None
+    except (TypeError, ValueError, OverflowError) as exc:  # a text RE2's bindings cannot take (a lone surrogate)
+        raise PatternError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def _reason(exc: Exception) -> str:
+    """RE2's reason as text: its bindings give it as bytes."""
+    raw = exc.args[0] if exc.args else exc
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return " ".join(text.split()) or "not accepted by RE2"

@@ -1,0 +1,273 @@
+"""Hostile input and hostile neighbours, by class: what another user can steer, what can hang, what is claimed.
+
+- Outputs: every file written gets a mode of the writer's choosing (0644 or 0600, less the umask), never one kept
+  from the file it replaces; another user's file in a shared directory is refused, not replaced.
+- Inputs: every file read, installed distributions' metadata included, is a regular file read to a bound.
+- Parsers of user text never recurse on it; every JSON printed or written is strict JSON.
+- Signatures match in time linear in the line, whatever their shape.
+- Nothing is claimed that did not happen: the summary names a report only when it was written, every error names
+  its path, and a run killed after collection leaves a valid report.
+
+Each case ends in a clear line (exit status 2 for a CLI command, a reason in the output) quickly: never a
+traceback, a hang or a file another user chose the mode of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucompat.cli import main
+from pytest_gpucompat.common.files import DEFAULT_MODE, PRIVATE_MODE, UnsafeTarget, write_atomic
+from pytest_gpucompat.report.model import Report
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX modes, FIFOs and /dev/zero")
+
+TIME_LIMIT_S = 30.0
+NOBODY = 65534
+SPECIAL = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root (chown)")
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def report_file(tmp_path: Path, name: str = "in.json") -> Path:
+    cell = {"nodeid": "t.py::test_x[hf]", "engine": "hf", "params": {}, "outcome": "passed", "metrics": {}}
+    path = tmp_path / name
+    path.write_text(Report.from_run({"name": "a"}, [cell]).to_json())
+    return path
+
+
+def strict_json(text: str) -> object:
+    """Parse as RFC 8259 JSON: NaN, Infinity and -Infinity are refused."""
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, timeout: float = TIME_LIMIT_S) \
+        -> subprocess.CompletedProcess[str]:
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", *argv], capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    assert time.monotonic() - start < timeout
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def one_line(err: str, *words: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].removeprefix("ERROR: ").startswith("gpucompat"), lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- outputs: modes of our choosing
+
+
+@pytest.mark.parametrize("planted", [0o4777, 0o2777, 0o1666, 0o666, 0o600])
+def test_the_atomic_writer_never_keeps_the_replaced_files_mode(tmp_path: Path, planted: int) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    os.chmod(target, planted)
+    write_atomic(target, "new")
+    assert stat.S_IMODE(target.stat().st_mode) == DEFAULT_MODE & ~umask()
+    write_atomic(target, "private", mode=PRIVATE_MODE | stat.S_ISUID)
+    assert stat.S_IMODE(target.stat().st_mode) == PRIVATE_MODE & ~umask()  # never setuid, even when asked
+
+
+def test_the_umask_is_taken_off(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        write_atomic(tmp_path / "r.json", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("option", ["--html", "--markdown", "--junit"])
+def test_report_outputs_get_their_own_mode(option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.write_text("planted")
+    os.chmod(out, 0o4777)
+    assert main(["report", str(report_file(tmp_path)), option, str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == DEFAULT_MODE & ~umask()
+
+
+def test_the_pytest_report_gets_its_own_mode(pytester: pytest.Pytester) -> None:
+    """The setuid report a root run left behind: the planted r.json was 4777, r.html 0666."""
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    for name, mode in (("r.json", 0o4777), ("r.html", 0o666)):
+        (pytester.path / name).write_text("planted")
+        os.chmod(pytester.path / name, mode)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gpucompat", "--gpucompat-report", "r.json",
+                                           timeout=TIME_LIMIT_S)
+    result.assert_outcomes(passed=1)
+    assert main(["report", str(pytester.path / "r.json"), "--html", str(pytester.path / "r.html")]) == 0
+    for name in ("r.json", "r.html"):
+        mode = stat.S_IMODE((pytester.path / name).stat().st_mode)
+        assert mode == DEFAULT_MODE & ~umask(), (name, oct(mode))
+        assert not mode & SPECIAL
+
+
+def shared_dir(tmp_path: Path, mode: int = 0o1777) -> Path:
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    os.chmod(directory, mode)
+    return directory
+
+
+def foreign(directory: Path, name: str, mode: int = 0o666) -> Path:
+    path = directory / name
+    path.write_text("theirs")
+    os.chown(path, NOBODY, NOBODY)
+    os.chmod(path, mode)  # after the chown, which clears setuid
+    return path
+
+
+@as_root
+@pytest.mark.parametrize("dir_mode", [0o1777, 0o777])
+def test_another_users_file_in_a_shared_directory_is_not_replaced(tmp_path: Path, dir_mode: int) -> None:
+    theirs = foreign(shared_dir(tmp_path, dir_mode), "r.json", 0o4777)
+    with pytest.raises(UnsafeTarget, match="another user"):
+        write_atomic(theirs, "ours")
+    assert theirs.read_text() == "theirs" and theirs.stat().st_uid == NOBODY
+    assert [p.name for p in theirs.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+@as_root
+def test_another_users_file_in_a_private_directory_is_ours_to_replace(tmp_path: Path) -> None:
+    """Only a directory others can write to makes a file's owner matter: in the run's own directory it is ours."""
+    theirs = foreign(shared_dir(tmp_path, 0o755), "r.json")
+    write_atomic(theirs, "ours")
+    assert theirs.read_text() == "ours" and theirs.stat().st_uid == os.geteuid()
+
+
+@as_root
+@pytest.mark.parametrize("option", ["--html", "--markdown", "--junit"])
+def test_report_outputs_refuse_another_users_file(option: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    theirs = foreign(shared_dir(tmp_path), "out")
+    assert main(["report", str(report_file(tmp_path)), option, str(theirs)]) == 2
+    one_line(capsys.readouterr().err, str(theirs), option, "another user")
+    assert theirs.read_text() == "theirs"
+
+
+@as_root
+def test_merge_output_refuses_another_users_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    theirs = foreign(shared_dir(tmp_path), "m.json")
+    assert main(["merge", str(report_file(tmp_path)), "-o", str(theirs)]) == 2
+    one_line(capsys.readouterr().err, str(theirs), "another user")
+    assert theirs.read_text() == "theirs"
+
+
+@as_root
+def test_the_pytest_report_refuses_another_users_file_before_any_test(pytester: pytest.Pytester) -> None:
+    directory = shared_dir(pytester.path)
+    theirs = foreign(directory, "r.json", 0o4777)
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gpucompat", "--gpucompat-report",
+                                           str(theirs), timeout=TIME_LIMIT_S)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    one_line(result.stderr.str(), str(theirs), "another user")
+    assert "passed" not in result.stdout.str()
+    assert theirs.read_text() == "theirs" and stat.S_IMODE(theirs.stat().st_mode) == 0o4777
+
+
+# --------------------------------------------------------------------------- inputs: installed metadata
+
+
+def planted_site(tmp_path: Path) -> Path:
+    """A sys.path entry whose engines' METADATA are a FIFO, a link to /dev/zero and a 20 MiB file of one line."""
+    site = tmp_path / "site"
+    for name, kind in (("vllm", "fifo"), ("sglang", "zero"), ("tensorrt_llm", "huge")):
+        folder = site / f"{name}-0.1.0.dist-info"
+        folder.mkdir(parents=True)
+        metadata = folder / "METADATA"
+        if kind == "fifo":
+            os.mkfifo(metadata)
+        elif kind == "zero":
+            metadata.symlink_to("/dev/zero")
+        else:
+            metadata.write_bytes(b"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: 0.1.0\nRequires-Dist: x"
+                                 + b"y" * (20 * 1024 * 1024))
+    return site
+
+
+def test_installed_metadata_that_is_not_a_regular_file_is_a_reason_not_a_hang(tmp_path: Path) -> None:
+    """`gpucompat env` read a METADATA linked to /dev/zero until 4.4 GB RSS, and waited on a FIFO forever."""
+    site = planted_site(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = run(["env", "--json"], env=env)
+    assert result.returncode == 0, result.stderr
+    data = strict_json(result.stdout)
+    assert isinstance(data, dict)
+    reasons = "\n".join(data["reasons"])
+    for name in ("vllm", "sglang"):
+        assert f"{name}-0.1.0.dist-info" in reasons and "not a regular file" in reasons, reasons
+    assert "vllm" not in data["packages"] and "sglang" not in data["packages"]
+    assert "tensorrt_llm-0.1.0.dist-info" in reasons and "longer than" in reasons  # headers without an end
+
+
+def test_the_installs_reader_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpucompat.common.installed import find
+    from pytest_gpucompat.machine.installs import engine_installs
+
+    site = planted_site(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    reasons: list[str] = []
+    start = time.monotonic()
+    found = find(["vllm", "sglang", "tensorrt-llm"], reasons)
+    installs = engine_installs(reasons)
+    assert time.monotonic() - start < 5.0
+    assert set(found) == {"tensorrt-llm"} and installs["tensorrt-llm"].complete is None
+    assert len({r for r in reasons if "not a regular file" in r}) == 2
+
+
+# --------------------------------------------------------------------------- parsers of user text, strict JSON
+
+
+@pytest.mark.parametrize("dashes", [5_000, 20_000])
+def test_a_value_of_many_dashes_is_text_not_a_recursion(dashes: int) -> None:
+    result = run(["check", "--args", f"vllm serve m --max-model-len={'-' * dashes}1", "--to", "vllm==0.10.0",
+                  "--json"])
+    assert result.returncode in (0, 1), result.stderr
+    data = strict_json(result.stdout)
+    assert isinstance(data, dict) and data["command"]["settings"]["max_model_len"] == "-" * dashes + "1"
+
+
+@pytest.mark.parametrize("value", ["1e999", "-1e999", "nan", "inf", "9" * 500])
+def test_check_json_is_strict_json_for_any_number(value: str) -> None:
+    result = run(["check", "--args", f"vllm serve m --max-model-len={value}", "--to", "vllm==0.10.0", "--json"])
+    assert result.returncode in (0, 1), result.stderr
+    data = strict_json(result.stdout)
+    assert isinstance(data, dict) and data["command"]["settings"]["max_model_len"] == value
+
+
+def test_numbers_of_a_command_line_are_still_numbers() -> None:
+    from pytest_gpucompat.kb.cmdline import _value
+
+    assert [_value(t, {}) for t in ("8192", "-1", "0.9", "1e5", "True", "auto")] == [8192, -1, 0.9, 1e5, True, "auto"]
+    assert _value(None, {"action": "store_false"}) is False
+
+
+def test_strict_json_dumps_writes_a_reason_for_a_non_finite_number() -> None:
+    from pytest_gpucompat.common import jsontext
+
+    text = jsontext.dumps({"a": [1.0, float("inf"), {"b": float("nan")}], "c": (float("-inf"),)})
+    assert strict_json(text) == {"a": [1.0, "not a finite number (inf)", {"b": "not a finite number (nan)"}],
+                                 "c": ["not a finite number (-inf)"]}
