@@ -271,3 +271,141 @@ def test_strict_json_dumps_writes_a_reason_for_a_non_finite_number() -> None:
     text = jsontext.dumps({"a": [1.0, float("inf"), {"b": float("nan")}], "c": (float("-inf"),)})
     assert strict_json(text) == {"a": [1.0, "not a finite number (inf)", {"b": "not a finite number (nan)"}],
                                  "c": ["not a finite number (-inf)"]}
+
+
+# --------------------------------------------------------------------------- history fields, type-checked on load
+
+
+def _first_run(data: dict, kind: str, with_key: str | None = None) -> dict:
+    for runs in data[kind].values():
+        for run in runs:
+            if with_key is None or with_key in run:
+                return run
+    raise AssertionError(kind)
+
+
+HISTORY_DAMAGE = {
+    "flag action a list": (lambda d: _first_run(d, "flags", "action").update(action=["store_true"]), "action"),
+    "flag action a mapping": (lambda d: _first_run(d, "flags", "action").update(action={"a": 1}), "action"),
+    "flag dest a list": (lambda d: _first_run(d, "flags").update(dest=["x"]), "dest"),
+    "flag choices a mapping": (lambda d: _first_run(d, "flags").update(choices={"a": 1}), "choices"),
+    "flag choices nested": (lambda d: _first_run(d, "flags").update(choices=[["a"]]), "choices"),
+    "flag deprecated text": (lambda d: _first_run(d, "flags").update(deprecated="yes"), "deprecated"),
+    "env default a mapping": (lambda d: _first_run(d, "env").update(default={"a": 1}), "default"),
+    "requires specifier a list": (lambda d: _first_run(d, "requires").update(specifier=[">=1"]), "specifier"),
+    "release file a number": (lambda d: d["releases"][0].update(file=3), "releases[0].file"),
+    "release yanked text": (lambda d: d["releases"][0].update(yanked="no"), "releases[0].yanked"),
+    "engine a list": (lambda d: d.update(engine=["vllm"]), "engine"),
+}
+
+
+@pytest.mark.parametrize("case", list(HISTORY_DAMAGE))
+def test_a_history_field_of_the_wrong_type_is_one_line(case: str, tmp_path: Path) -> None:
+    """A run whose `action` is a list or a mapping was a TypeError (unhashable) in `check --args`."""
+    from pytest_gpucompat.common.paths import matrices_dir
+
+    damage, field = HISTORY_DAMAGE[case]
+    shipped = matrices_dir()
+    data = json.loads((shipped / "history" / "vllm.json").read_text())
+    damage(data)
+    (tmp_path / "history").mkdir()
+    (tmp_path / "rules").symlink_to(shipped / "rules")
+    path = tmp_path / "history" / "vllm.json"
+    path.write_text(json.dumps(data))
+    env = {**os.environ, "GPUCOMPAT_MATRICES_DIR": str(tmp_path)}
+    flags = " ".join(f"{flag}" for flag in list(data["flags"])[:40])
+    result = run(["check", "--args", f"vllm serve m {flags}", "--to", "vllm==0.10.0"], env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    one_line(result.stderr, str(path), field)
+
+
+# --------------------------------------------------------------------------- signatures: linear whatever the shape
+
+
+def signature_rules(tmp_path: Path, pattern: str) -> Path:
+    path = tmp_path / "team.yaml"
+    rule = {"id": "r1", "summary": "s", "severity": "broken", "failure": "crash", "confidence": "upstream",
+            "sources": [{"kind": "doc", "ref": "x"}], "signature": [pattern]}
+    path.write_text(json.dumps({"rules": [rule]}))
+    return path
+
+
+def failed_report(tmp_path: Path, line: str) -> Path:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"schema_version": 1, "tool_version": "x", "created": "x", "runners": {"r": {}},
+                                  "cells": [{"nodeid": "t.py::x", "outcome": "failed", "runner": "r", "reason": line,
+                                             "log_tail": "\n".join([line] * 20)}]}))
+    return report
+
+
+BACKTRACKING = {
+    "alternation chain": "(?:x|x)" * 40 + "Q",
+    "overlapping alternation chain": "(?:x|xx)" * 30 + "Q",
+    "three-way chain": "(?:a|ab|abc)" * 25 + "Z",
+    "capturing chain": "(x|x)" * 40 + "Q",
+    "case-folded chain": "(?i)(?:x|X)" * 40 + "Q",
+    "optional chain": "x?" * 40 + "x" * 40,
+    "class chain": "[xy]?" * 30 + "[xy]" * 30 + "Q",
+}
+
+
+@pytest.mark.parametrize("case", list(BACKTRACKING))
+def test_a_signature_that_backtracks_in_python_is_linear_or_refused(case: str, tmp_path: Path) -> None:
+    """`(?:x|x)` forty times then Q passed the shape check (no repeat) and backtracked 2**40 in `explain` on a
+    60-character line. Now a signature is either refused on load in one line naming its rule and field, or
+    matched by RE2 in time linear in the line: `explain` ends either way, quickly."""
+    rules = signature_rules(tmp_path, BACKTRACKING[case])
+    for line in ("x" * 60, "ab" * 1000, "X" * 2000):
+        result = run(["explain", str(failed_report(tmp_path, line)), "--kb", str(rules)], timeout=20)
+        if result.returncode == 2:
+            one_line(result.stderr, str(rules), "rule 'r1': field 'signature[0]'")
+        else:
+            assert result.returncode in (0, 1), result.stderr
+
+
+@pytest.mark.parametrize(("pattern", "problem"), [
+    (r"(?<=a)boom", "RE2"), (r"boom\Z", "RE2"), (r"(?P<x>a)(?P=x)", "backreference"), ("(?x) b o o m", "RE2"),
+    (r"a{1001}", "repeat bound"),
+])
+def test_a_signature_the_linear_matcher_cannot_run_is_one_line(pattern: str, problem: str, tmp_path: Path) -> None:
+    rules = signature_rules(tmp_path, pattern)
+    result = run(["rules", "--kb", str(rules)])
+    assert result.returncode == 2, result.stdout
+    one_line(result.stderr, str(rules), "rule 'r1': field 'signature[0]'", problem)
+
+
+def test_the_linear_matcher_matches_what_the_shipped_signatures_document() -> None:
+    """The shipped signatures mean under RE2 what they meant under Python's re, on their own symptoms."""
+    import re
+
+    from pytest_gpucompat.kb import load_kb
+    from pytest_gpucompat.kb.failure_modes import load_failure_modes
+
+    kb = load_kb([], builtin=True)
+    texts = [" ".join((r.symptom or "").split()) for r in kb.rules] + [r.summary for r in kb.rules]
+    patterns = [p for r in kb.rules for p in r.signature]
+    patterns += [m.pattern for m in load_failure_modes() if m.pattern is not None]
+    assert len(patterns) >= 20
+    for pattern in patterns:
+        python = re.compile(pattern.pattern)
+        for text in texts:
+            assert pattern.search(text) == bool(python.search(text)), (pattern.pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"a[^x]*b", r"a\s+b", r"a\W+b", r"(?s)a.*b", r"a\Db", r"a[\x00-\x7f]b",
+                                     r"a[[:space:]]b", r"a\nb", r"a$\s^b"])
+def test_a_signature_never_matches_across_lines(pattern: str) -> None:
+    """Lines are searched at once (joined by newlines): no pattern may find text that spans two of them."""
+    from pytest_gpucompat.kb.linear_regex import compile_linear, joined
+    from pytest_gpucompat.kb.signatures import signature_matches
+
+    compiled = compile_linear(pattern)
+    assert not signature_matches((compiled,), ["x a", "b y"]) and not compiled.search(joined(["a", "b"]))
+    assert signature_matches((compile_linear(r"^b y$"),), ["x a", "b y", "z"])  # ^ and $: each line's ends
+    assert not signature_matches((compile_linear(r"^a"),), ["x a"])
+
+
+def test_a_line_with_a_lone_surrogate_is_searched_not_a_crash() -> None:
+    from pytest_gpucompat.kb.linear_regex import compile_linear
+
+    assert compile_linear("boom").search("x\udcff boom") and not compile_linear("zz").search("\ud800")

@@ -228,6 +228,7 @@ def _load(source: str, stamp: Any) -> History:
                 if ends[0] is None or ends[1] is None or ends[0] > ends[1]:
                     raise InputError(source, f"{where}[{j}]", "first and last must be releases listed, in order")
                 attrs = {k: v for k, v in run.items() if k not in ("first", "last")}
+                _check_attrs(kind, attrs, source, f"{where}[{j}]")
                 out.append((ends[0], ends[1], attrs))
             key = norm_flag(name) if kind == "flags" else normalize_package(name) if kind == "requires" else name
             # `--preemption_mode` and `--preemption-mode` both exist in some releases: one flag to the parser
@@ -235,11 +236,70 @@ def _load(source: str, stamp: Any) -> History:
         runs[kind] = parsed
     engine = data.get("engine")
     if not isinstance(engine, str) or not engine:
-        raise InputError(source, "engine", "required")
+        raise InputError(source, "engine", "required, a string")
     named = data.get("package")
+    if named is not None and not isinstance(named, str):
+        raise InputError(source, "package", "must be a string")
     package = named if isinstance(named, str) else engine
+    tool_version = data.get("tool_version", "")
+    if not isinstance(tool_version, str):
+        raise InputError(source, "tool_version", "must be a string")
     return History(engine=engine, package=normalize_package(package), source=source, releases=releases,
-                   runs=runs, tool_version=str(data.get("tool_version", "")))
+                   runs=runs, tool_version=tool_version)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _scalars(value: Any) -> bool:
+    return isinstance(value, list) and all(_scalar(v) for v in value)
+
+
+def _flag_default(value: Any) -> bool:  # argparse defaults: scalars, lists and (vLLM's config objects) mappings
+    return _scalar(value) or isinstance(value, (list, Mapping))
+
+
+_ATTRS: Mapping[str, Mapping[str, tuple[Any, str]]] = {
+    "flags": {"action": (_text, "a string"), "dest": (_text, "a string"), "type": (_text, "a string"),
+              "choices": (lambda v: v is None or _scalars(v), "a list of values"),
+              "deprecated": (lambda v: isinstance(v, bool), "true or false"),
+              "default": (_flag_default, "a value")},
+    "env": {"default": (_scalar, "a string, number or boolean")},
+    "backends": {"class": (_text, "a string"), "dtypes": (_scalars, "a list of values"),
+                 "kv_cache_dtypes": (_scalars, "a list of values"),
+                 "head_sizes": (lambda v: _text(v) or _scalars(v), "a list of values or a string"),
+                 "block_sizes": (lambda v: _text(v) or _scalars(v), "a list of values or a string"),
+                 "enum": (lambda v: isinstance(v, bool), "true or false"),
+                 "compute_capability": (_text, "a string")},
+    "requires": {"specifier": (_text, "a string"), "major": (_text, "a string")},
+}
+"""The type of every attribute a run may carry, by kind: what the readers of a history compare, hash and look up
+(a flag's ``action`` is looked up in a set: a list there was a TypeError, not a line naming the field)."""
+
+
+def _check_attrs(kind: str, attrs: Mapping[str, Any], source: str, where: str) -> None:
+    known = _ATTRS.get(kind, {})
+    for name, value in attrs.items():
+        check = known.get(name)
+        if check is not None and not check[0](value):
+            raise InputError(source, f"{where}.{name}", f"must be {check[1]}, not {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number" if isinstance(value, (int, float)) else "a string"
 
 
 def _releases(raw: Any, source: str) -> tuple[Release, ...]:
@@ -253,10 +313,15 @@ def _releases(raw: Any, source: str) -> tuple[Release, ...]:
             version = parse_version(r["version"])
         except ValueError as exc:
             raise InputError(source, f"releases[{i}].version", str(exc)) from None
+        for name in ("file", "sha256", "uploaded", "error"):
+            if r.get(name) is not None and not isinstance(r.get(name), str):
+                raise InputError(source, f"releases[{i}].{name}", f"must be a string, not {_kind(r.get(name))}")
+        if r.get("yanked") is not None and not isinstance(r.get("yanked"), bool):
+            raise InputError(source, f"releases[{i}].yanked", f"must be true or false, not {_kind(r.get('yanked'))}")
         error = r.get("error")
-        out.append(Release(version=version, text=r["version"], file=str(r.get("file", "")),
-                           sha256=str(r.get("sha256", "")), uploaded=str(r.get("uploaded", "")),
-                           yanked=r.get("yanked") is True, error=str(error) if error else None))
+        out.append(Release(version=version, text=r["version"], file=r.get("file") or "",
+                           sha256=r.get("sha256") or "", uploaded=r.get("uploaded") or "",
+                           yanked=r.get("yanked") is True, error=error or None))
     ordered = tuple(sorted(out, key=lambda r: r.version))
     if [r.text for r in ordered] != [r.text for r in out]:
         raise InputError(source, "releases", "must be in version order")

@@ -7,11 +7,16 @@ proportional to the line times the pattern, so no pattern can make a search hang
 (backreferences, lookarounds, a repeat bound above 1000) is refused on load with RE2's own reason. ``\\d``, ``\\w``,
 ``\\s`` and ``\\b`` are ASCII classes in RE2, as in the logs they are written for.
 
+A signature is searched line by line, never across lines. RE2's cost is mostly the call, not the text, so the lines
+are searched at once: joined by newlines (``joined``), with ``^`` and ``$`` at each line's ends (``(?m)``) and no
+part of the pattern able to match a newline (RE2's ``never_nl``), which finds what a search of each line finds.
+
 RE2 is imported when the first pattern is compiled (a knowledge base with signatures), never by the plugin alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +30,22 @@ class PatternError(ValueError):
 
 @dataclass(frozen=True)
 class LinearPattern:
-    """One compiled pattern. ``search`` says whether it occurs in a text (no match object: a signature identifies
-    a failure, it extracts nothing). Equal and hashed by its text, so rules stay comparable."""
+    """One compiled pattern. ``search`` says whether it occurs in a line, or in any of the lines ``joined`` makes
+    (no match object: a signature identifies a failure, it extracts nothing). Equal and hashed by its text, so
+    rules stay comparable."""
 
     pattern: str
     _compiled: Any = field(compare=False, repr=False)
 
-    def search(self, text: str) -> bool:
-        return self._compiled.search(text) is not None
+    def search(self, text: str | bytes) -> bool:
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
+        return self._compiled.search(data) is not None
+
+
+def joined(lines: Iterable[str]) -> bytes:
+    """Lines as one text a LinearPattern searches line by line: UTF-8, joined by newlines (a lone surrogate, from
+    text decoded with surrogateescape, becomes ``?``)."""
+    return "\n".join(lines).encode("utf-8", "replace")
 
 
 _OPTIONS: Any = None
@@ -47,10 +60,11 @@ def compile_linear(text: str) -> LinearPattern:
         options = re2.Options()
         options.log_errors = False  # RE2 would print each refusal on stderr itself
         options.never_capture = True  # groups only group: nothing is extracted, the automaton stays small
+        options.never_nl = True  # a match never spans two lines of a joined text
         options.max_mem = MAX_PROGRAM_BYTES
         _OPTIONS = options
     try:
-        return LinearPattern(text, re2.compile(text, _OPTIONS))
+        return LinearPattern(text, re2.compile(b"(?m)" + text.encode("utf-8"), _OPTIONS))
     except re2.error as exc:
         raise PatternError(_reason(exc)) from None
     except (TypeError, ValueError, OverflowError) as exc:  # a text RE2's bindings cannot take (a lone surrogate)

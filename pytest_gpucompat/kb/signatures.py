@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engines.registry import kb_engine_of
-from .linear_regex import LinearPattern, PatternError, compile_linear
+from .linear_regex import LinearPattern, PatternError, compile_linear, joined
 from .match import Facts, contradiction
 from .regex_safety import parse, risk
 from .schema import CONFIDENCES, Rule
@@ -77,8 +77,11 @@ def failure_lines(reason: str | None, log_tail: str | None) -> tuple[str, ...]:
     return tuple(line[:MAX_LINE_CHARS] for line in head.splitlines() + tail.splitlines() if line.strip())
 
 
-def signature_matches(signature: Iterable[LinearPattern], lines: Sequence[str]) -> bool:
-    return any(pattern.search(line) for pattern in signature for line in lines)
+def signature_matches(signature: Iterable[LinearPattern], lines: Sequence[str] | bytes) -> bool:
+    """Whether a pattern of ``signature`` is found in one of ``lines`` (or in the lines ``linear_regex.joined``
+    made of them: joined once, searched by every rule)."""
+    text = lines if isinstance(lines, bytes) else joined(lines)
+    return any(pattern.search(text) for pattern in signature)
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,9 @@ def explaining_rules(rules: Iterable[Rule], failure: Failure) -> tuple[Rule, ...
     facts = Facts.of(failure.fingerprint)
     params = {**failure.fingerprint.params, **failure.params}
     engine = failure.kb_engine
+    text = joined(lines)
     found = [r for r in signed
-             if contradiction(r, facts, engine, params) is None and signature_matches(r.signature, lines)]
+             if contradiction(r, facts, engine, params) is None and signature_matches(r.signature, text)]
     return tuple(sorted(found, key=lambda r: _CONFIDENCE_ORDER.get(r.confidence, len(CONFIDENCES))))
 
 
