@@ -409,3 +409,115 @@ def test_a_line_with_a_lone_surrogate_is_searched_not_a_crash() -> None:
     from pytest_gpucompat.kb.linear_regex import compile_linear
 
     assert compile_linear("boom").search("x\udcff boom") and not compile_linear("zz").search("\ud800")
+
+
+# --------------------------------------------------------------------------- nothing claimed that did not happen
+
+
+def test_the_summary_names_the_report_only_when_it_was_written(pytester: pytest.Pytester) -> None:
+    """On a full disk the run said "could not write r.json", then its summary still ended `report: r.json`."""
+    from test_hostile_inputs import FULL_DISK_CONFTEST, ONE_TEST, PLUGIN_ARGS
+
+    pytester.makefile(".yaml", a="gpus: [{name: H100}]\n")
+    pytester.makeconftest(FULL_DISK_CONFTEST)
+    pytester.makepyfile(test_x=ONE_TEST)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--gpucompat-report", "r.json")
+    out = result.stdout.str()
+    assert "report: r.json" not in out and "report: not written to r.json" in out, out
+    pytester.makeconftest("")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--gpucompat-report", "r.json")
+    assert result.ret == 0 and "report: r.json" in result.stdout.str()
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fsync fails as on a full disk: an OSError that names no file."""
+    import errno
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("option", ["--html", "--markdown", "--junit"])
+def test_a_report_output_that_cannot_be_written_is_named(option: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    source = report_file(tmp_path)
+    full_disk(monkeypatch)
+    out = tmp_path / "out"
+    assert main(["report", str(source), option, str(out)]) == 2
+    one_line(capsys.readouterr().err, str(out), option, "No space left on device")
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["in.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("option", ["-o", "--html"])
+def test_a_merge_output_that_cannot_be_written_is_named(option: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    source = report_file(tmp_path)
+    argv = ["merge", str(source), "-o", str(tmp_path / "m.json")]
+    if option == "--html":
+        argv += ["--html", str(tmp_path / "m.html")]
+        import pytest_gpucompat.report.io as report_io
+
+        real = report_io.write_text_atomic
+
+        def html_fails(path: str | os.PathLike[str], text: str) -> Path:
+            if str(path).endswith(".html"):
+                full_disk(monkeypatch)
+            return real(path, text)
+
+        monkeypatch.setattr(report_io, "write_text_atomic", html_fails)
+    else:
+        full_disk(monkeypatch)
+    assert main(argv) == 2
+    named = str(tmp_path / ("m.html" if option == "--html" else "m.json"))
+    one_line(capsys.readouterr().err, named, "No space left on device")
+
+
+def test_a_write_error_names_the_target_not_the_temporary_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    full_disk(monkeypatch)
+    with pytest.raises(OSError) as info:
+        write_atomic(tmp_path / "r.json", "x")
+    assert info.value.filename == str(tmp_path / "r.json") and "No space left" in str(info.value)
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    monkeypatch.undo()
+    if os.geteuid() != 0:  # root writes anywhere
+        with pytest.raises(PermissionError) as denied:
+            write_atomic(readonly / "r.json", "x")
+        assert denied.value.filename == str(readonly / "r.json")
+
+
+KILLED = """
+import os
+import pytest
+
+@pytest.mark.gpucompat(engine="hf", params={"n": [1, 2, 3]})
+def test_cell(gpucompat_cell, request):
+    if "2" in request.node.name:
+        os._exit(1)  # what pytest-timeout's thread method does: no sessionfinish, no unconfigure
+"""
+
+
+def test_a_process_killed_after_collection_leaves_a_valid_interrupted_report(pytester: pytest.Pytester) -> None:
+    """pytest-timeout --timeout-method=thread ended the process before the first checkpoint: no report at all, and
+    a lock left behind. The first checkpoint is written once collection ends; the next run takes the lock over."""
+    from pytest_gpucompat.report.io import load_report
+
+    pytester.makepyfile(test_x=KILLED)
+    args = ("-p", "no:cacheprovider", "--gpucompat", "--gpucompat-no-builtin-rules", "--gpucompat-report", "r.json")
+    result = pytester.runpytest_subprocess(*args, timeout=TIME_LIMIT_S)
+    assert result.ret == 1
+    report = load_report(pytester.path / "r.json")
+    assert report.interrupted
+    assert strict_json((pytester.path / "r.json").read_text())
+    pytester.makepyfile(test_x="import pytest\n\n@pytest.mark.gpucompat(engine='hf', params={'n': [1]})\n"
+                               "def test_cell(gpucompat_cell):\n    pass\n")
+    again = pytester.runpytest_subprocess(*args, timeout=TIME_LIMIT_S)
+    again.assert_outcomes(passed=1)
+    assert not load_report(pytester.path / "r.json").interrupted
+    assert not (pytester.path / "r.json.lock").exists()

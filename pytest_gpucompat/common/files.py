@@ -89,6 +89,15 @@ def _create_temporary(directory: Path, name: str, mode: int) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(directory))
 
 
+def _naming(exc: OSError, path: str | os.PathLike[str], tmp: str | None) -> OSError:
+    """``exc`` naming the file the caller asked for: a write, an fsync or a full disk has no file name of its own,
+    and the temporary file's name means nothing to a user ("No space left on device" alone names nothing)."""
+    if exc.filename is None or exc.filename == tmp or (tmp is None and exc.filename != os.fspath(path)):
+        exc.filename = os.fspath(path)
+        exc.filename2 = None
+    return exc
+
+
 def _fsync_directory(directory: Path) -> None:
     """Make the rename itself durable; best effort (some filesystems refuse to open or fsync a directory)."""
     if os.name != "posix":
@@ -120,16 +129,21 @@ def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = Non
     problem = foreign_problem(target)
     if problem is not None:
         raise UnsafeTarget(errno.EPERM, problem, os.fspath(path))
-    fd, tmp = _create_temporary(directory, target.name, (DEFAULT_MODE if mode is None else mode) & 0o777)
+    try:
+        fd, tmp = _create_temporary(directory, target.name, (DEFAULT_MODE if mode is None else mode) & 0o777)
+    except OSError as exc:
+        raise _naming(exc, path, None) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path, tmp) from None
         raise
     _fsync_directory(directory)
     return target

@@ -47,8 +47,12 @@ def _os_message(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
-def _cannot_write(command: str, option: str | None, exc: OSError) -> int:
-    """The one line for an output that could not be written (or was refused: a symlink, a device), naming it."""
+def _cannot_write(command: str, option: str | None, exc: OSError, target: str | os.PathLike[str] | None = None) \
+        -> int:
+    """The one line for an output that could not be written (or was refused: a symlink, a device), naming it:
+    ``target`` where the error itself names no file (a full disk)."""
+    if target is not None and not exc.filename:
+        exc.filename = os.fspath(target)
     return _error(command, f"cannot write {_os_message(exc)}" + (f" ({option})" if option else ""))
 
 
@@ -68,6 +72,7 @@ def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] |
         return _error("report", str(exc))
     md = render_markdown(report)
     option: str | None = None
+    target: str | os.PathLike[str] | None = None
     written: list[str] = []
     try:
         for name, (module, renderer, _help) in FORMATS.items():
@@ -78,11 +83,11 @@ def cmd_report(path: str | os.PathLike[str], **outputs: str | os.PathLike[str] |
             render = getattr(import_module(f".{module}", __package__), renderer)
             write_text_atomic(target, md if render is render_markdown else render(report))
             written.append(f"{name} {os.fspath(target)}")
-        option = "$GITHUB_STEP_SUMMARY"
+        option, target = "$GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")
         if write_step_summary(md):
             written.append(f"markdown $GITHUB_STEP_SUMMARY ({os.environ.get('GITHUB_STEP_SUMMARY')})")
     except OSError as exc:
-        return _cannot_write("report", option, exc)
+        return _cannot_write("report", option, exc, target)
     if not any(outputs.values()):
         sys.stdout.write(md)
     else:  # what was written where, so a CI log shows where to look
@@ -110,14 +115,14 @@ def cmd_merge(
     except ReportError as exc:
         return _error("merge", str(exc))
     merged = merge_reports(reports)
-    option = "--output"
+    option, target = "--output", output
     try:
         write_report_atomic(merged, output)
         if html:
-            option = "--html"
+            option, target = "--html", html
             write_text_atomic(html, render_html(merged))
     except OSError as exc:
-        return _cannot_write("merge", option, exc)
+        return _cannot_write("merge", option, exc, target)
     print(f"gpucompat merge: {len(merged.cells)} cells of {len(merged.runners)} runners -> {os.fspath(output)}")
     return EXIT_OK
 
@@ -189,7 +194,7 @@ def cmd_explain(
         try:
             write_report_atomic(with_explanations(report, result, knowledge), source)
         except OSError as exc:
-            return _error("explain", f"cannot write {_os_message(exc)}")
+            return _cannot_write("explain", None, exc, source)
     sys.stdout.write(jsontext.dumps(explanation_json(result), indent=2, ensure_ascii=False) + "\n" if as_json
                      else format_explanation(result))
     return EXIT_UNEXPLAINED if result.unexplained or result.stopped else EXIT_OK
@@ -222,17 +227,17 @@ def cmd_golden(
         checks = check_report(report, files, where, source)
     except (ReportError, InputError) as exc:
         return _error("golden", str(exc))
-    option = "--output"
+    option, target = "--output", output
     try:
         if output or html:
             updated = with_checks(report, checks, where)
             if output:
                 write_report_atomic(updated, output)
             if html:
-                option = "--html"
+                option, target = "--html", html
                 write_text_atomic(html, render_html(updated))
     except OSError as exc:
-        return _cannot_write("golden", option, exc)
+        return _cannot_write("golden", option, exc, target)
     text = jsontext.dumps(checks_json(checks), indent=2) + "\n" if as_json else format_checks(checks, source, where)
     sys.stdout.write(text)
     return EXIT_GOLDEN_FAILED if any(check.bad for check in checks) else EXIT_OK

@@ -61,6 +61,7 @@ class ReportCollector:
         self._lock = ReportLock(self.path) if self.path else None
         self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
+        self._final_written: bool | None = None  # whether the final write succeeded; None before it
         # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from
         self.cells: dict[str, dict[str, Any]] = {}
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
@@ -203,6 +204,14 @@ class ReportCollector:
             shutil.rmtree(self._cells_dir, ignore_errors=True)
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """The first checkpoint, once collection has ended and before any test runs: a process ended later without
+        pytest's own ending (``os._exit`` by pytest-timeout's thread method, a SIGKILL, the OOM killer) leaves a
+        valid report marked interrupted, never none (the lock it leaves is taken over by the next run)."""
+        if self.path and not session.config.option.collectonly:
+            self.write(partial=True)
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._in_setup = item
 
@@ -277,7 +286,8 @@ class ReportCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or received() is not None:
             self.interrupted = True
-        if not self.write(int(exitstatus)) and session.exitstatus == 0:
+        self._final_written = self.write(int(exitstatus))
+        if not self._final_written and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
         baseline = self.state.settings.baseline
         if baseline:
@@ -345,8 +355,9 @@ class ReportCollector:
             where = f"what-if {labels['what_if']} ({where}), ran on {labels['host']}"
         width = getattr(getattr(tr, "_tw", None), "fullwidth", None) or terminal_width()
         lines = summary_lines(cells, where, width)
-        if self.path:
-            lines.append(f"report: {self.path}")
+        if self.path:  # named as written only when it was: a failed final write said what the file holds instead
+            lines.append(f"report: {self.path}" if self._final_written is not False else
+                         f"report: not written to {self.path} (see the error above)")
         if self.diff_text:
             lines.append(self.diff_text)
         for line in lines:
