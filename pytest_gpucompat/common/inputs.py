@@ -80,12 +80,18 @@ def read_bytes(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, part: 
     return raw
 
 
-def read_json(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> Any:
-    """A JSON file read through ``read_bytes`` and checked like every input (``load_file``); InputError naming it.
+MAX_MODEL_FILE_BYTES = 256 * 1024 * 1024  # a checkpoint's tokenizer.json: tens of MiB for large vocabularies
 
-    For files of other programs (a model's config.json, tokenizer.json, a cache entry): callers that skip a file
-    they cannot use catch InputError, which says why."""
-    return load_file(path, "json", limit)
+
+def read_json(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> Any:
+    """A JSON file of another program (a checkpoint's config.json or tokenizer.json, a cache entry, a file a worker
+    left) read through ``read_bytes`` and ``parse_json``: OSError when it cannot be read (a FIFO, a device, over
+    ``limit``), ValueError naming it when it is not JSON (deep nesting included), as ``json.loads`` callers expect."""
+    raw = read_bytes(path, limit)
+    try:
+        return parse_json(raw.decode("utf-8-sig"), os.fspath(path))
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class NotRegularFileError(OSError):

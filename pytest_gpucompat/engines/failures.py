@@ -8,6 +8,7 @@ import os
 import re
 import signal
 
+from ..common.inputs import read_bytes
 from .base import EngineFailed
 from .processes import keep_log
 
@@ -18,12 +19,8 @@ def log_tail(path: str | os.PathLike[str] | None, n: int = LOG_TAIL_LINES, max_b
     """The last `n` lines of a log file (reading at most `max_bytes` from its end); "" when it does not exist."""
     if path is None:
         return ""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
+    try:  # the bounded reader: a log replaced by a FIFO or a device is no log, not a wait
+        data = read_bytes(path, max_bytes, part="tail")
     except OSError:
         return ""
     lines = data.decode("utf-8", errors="replace").splitlines()

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..common.inputs import read_bytes
 from . import Unsupported, engine_params, engine_version, exception_line, unit_vector, wants_embeddings
 from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import register_process_group, side_file
@@ -66,6 +67,7 @@ _DEFAULT_SERVER = descriptor("openai").default_server  # type: ignore[union-attr
 ENDPOINT_REFUSED_GRACE_S = 3.0
 """How long a given endpoint may refuse connections before its start fails (a server still binding its port)."""
 _TOKEN_ID_KEY = re.compile(r"^token_id:(-?\d+)$")
+_LOG_GREP_BYTES = 16 * 1024 * 1024  # what the server says of its settings is at the start of its log
 _VLLM_LOG = {
     "dtype": re.compile(r"\bdtype=torch\.(\w+)"),
     "kv_cache_dtype": re.compile(r"\bkv_cache_dtype=([\w.]+)"),
@@ -432,7 +434,7 @@ def _refused(exc: BaseException) -> bool:
 def _grep_log(path: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     try:
-        text = path.read_text(errors="replace")
+        text = read_bytes(path, _LOG_GREP_BYTES, part="head").decode("utf-8", "replace")
     except OSError:
         return found
     for key, pattern in _VLLM_LOG.items():

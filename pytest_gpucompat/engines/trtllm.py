@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..common.inputs import read_json
 from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, wants_embeddings
 from .base import EngineFailed, EngineSpec, Generation, RunInfo
 from .deviations import harness_settings
@@ -172,7 +172,7 @@ class TRTLLMEngine:
 def _special_ids(model_dir: str) -> tuple[int | None, int | None]:
     """eos/pad ids from config.json, so sampling works even with skip_tokenizer_init."""
     try:
-        data = json.loads((Path(model_dir) / "config.json").read_text())
+        data = read_json(Path(model_dir) / "config.json")
     except (OSError, ValueError):
         return None, None
     eos = data.get("eos_token_id")
@@ -184,7 +184,7 @@ def _special_ids(model_dir: str) -> tuple[int | None, int | None]:
 
 def _config_dtype(model_dir: str) -> str | None:
     try:
-        data = json.loads((Path(model_dir) / "config.json").read_text())
+        data = read_json(Path(model_dir) / "config.json")
     except (OSError, ValueError):
         return None
     value = data.get("torch_dtype") or data.get("dtype")

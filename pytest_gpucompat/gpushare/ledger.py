@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..common import jsontext
 from ..common.files import PRIVATE_MODE, write_atomic
+from ..common.inputs import read_bytes
 from ..engines.processes import start_time
 from .packing import Request, blocker, describe_requests, stalled
 
@@ -126,7 +127,7 @@ class Ledger:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                state = State.from_json(path.read_text(encoding="utf-8"))
+                state = State.from_json(read_bytes(path).decode("utf-8", "replace"))
             except FileNotFoundError:
                 state = State()
             state.reclaim(self.alive)

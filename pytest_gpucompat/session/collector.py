@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..common import jsontext
+from ..common.inputs import read_json
 from ..report import payload as cell_payload
 from ..report.lock import ReportLock
 from ..report.payload import CELL_KEY
@@ -156,8 +157,10 @@ class ReportCollector:
         (a cell with nodeid and outcome only, rather than none)."""
         key = str(worker)
         if key not in self._worker_cells:
+            from ..report.io import MAX_REPORT_BYTES
+
             try:
-                cells = json.loads((Path(self._cells_dir or "") / f"{key}.json").read_text(encoding="utf-8"))
+                cells = read_json(Path(self._cells_dir or "") / f"{key}.json", MAX_REPORT_BYTES)
             except (OSError, ValueError):
                 cells = None
             self._worker_cells[key] = cells if isinstance(cells, dict) else None

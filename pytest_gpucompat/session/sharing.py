@@ -397,7 +397,7 @@ def note_units(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
 def unit_kinds(config: pytest.Config) -> dict[str, str]:
     """On the controller, once every worker has collected: the tests the workers noted, by nodeid (none when the
     run does not share GPUs, or a note cannot be read: then the scheduler deals them out as any other)."""
-    import json
+    from ..common.inputs import read_json
 
     directory = config.stash.get(_dir_key, None)
     found: dict[str, str] = {}
@@ -405,7 +405,7 @@ def unit_kinds(config: pytest.Config) -> dict[str, str]:
         return found
     for path in sorted(Path(directory).glob(_UNITS_FILE.format(worker="*"))):
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            found.update({str(k): str(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+            found.update({str(k): str(v) for k, v in read_json(path).items()
                           if v in (EXCLUSIVE, APART)})
     return found
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..common import jsontext
 from ..common.files import PRIVATE_MODE, write_atomic
+from ..common.inputs import MAX_MODEL_FILE_BYTES, open_regular, read_json
 from ..common.paths import cache_dir
 
 IDENTITY_VERSION = 1
@@ -75,14 +76,17 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
 
     ValueError for a file that is not one (too short, a header length beyond the file or the format's limit).
     """
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:  # a FIFO named *.safetensors is refused, not waited on
         raw = handle.read(8)
         if len(raw) != 8:
             raise ValueError(f"{path.name}: not a safetensors file (shorter than 8 bytes)")
         (length,) = struct.unpack("<Q", raw)
         if length > _MAX_HEADER or length > path.stat().st_size - 8:
             raise ValueError(f"{path.name}: not a safetensors file (header of {length} bytes)")
-        header = json.loads(handle.read(length))
+        try:
+            header = json.loads(handle.read(length))
+        except RecursionError:  # a header nested thousands deep: not one a writer makes
+            raise ValueError(f"{path.name}: safetensors header nested too deep") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path.name}: safetensors header is not a mapping")
     tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
@@ -129,7 +133,7 @@ def weights_mib(model: str | os.PathLike[str], dtype: Any = None) -> float | Non
         return None
     try:
         size: float = sum(f.stat().st_size for f in weight_files(path))
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = read_json(path / "config.json")
     except (OSError, ValueError):
         return None
     if not size:
@@ -174,7 +178,7 @@ def weights_digest(model_dir: Path) -> str:
 def _safetensors_entries(path: Path) -> list[tuple[str, str]]:
     tensors, start = safetensors_header(path)
     out = []
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for name, info in sorted(tensors.items(), key=lambda kv: kv[1].get("data_offsets", [0])[0]):
             begin, end = (int(x) for x in info["data_offsets"])
             handle.seek(start + begin)
@@ -192,7 +196,7 @@ def _safetensors_entries(path: Path) -> list[tuple[str, str]]:
 
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -254,7 +258,7 @@ def model_shape(config: Mapping[str, Any]) -> dict[str, Any]:
 def read_config(model_dir: Path) -> dict[str, Any]:
     """config.json as a mapping; ValueError when it is missing or not a JSON mapping."""
     try:
-        data = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        data = read_json(Path(model_dir) / "config.json")
     except (OSError, ValueError) as exc:
         raise ValueError(f"{model_dir}: cannot read config.json: {exc}") from None
     if not isinstance(data, dict):
@@ -273,7 +277,7 @@ def tokenizer_digest(model_dir: Path) -> str | None:
     path = Path(model_dir)
     fast = path / "tokenizer.json"
     if fast.is_file():
-        data = json.loads(fast.read_text(encoding="utf-8"))
+        data = read_json(fast, MAX_MODEL_FILE_BYTES)
         model = data.get("model") or {}
         vocab = model.get("vocab")
         merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or ()]
@@ -315,7 +319,7 @@ def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None)
         st = os.lstat(entry)  # the cache may be shared: only a regular file of this user is believed
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             raise ValueError(entry)
-        data = json.loads(entry.read_text(encoding="utf-8"))
+        data = read_json(entry)
         return ModelIdentity(name=path.name, weights=data["weights"], config=data["config"],
                              tokenizer=data["tokenizer"])
     identity = ModelIdentity(name=path.name, weights=weights_digest(path), config=config_digest(path),

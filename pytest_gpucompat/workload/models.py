@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..common.inputs import read_json
 from ..common.paths import cache_dir as _default_cache_root
 from ..common.paths import check_cache_entry
 from ..engines.hf import quiet_progress_bars
@@ -387,7 +388,9 @@ def fixed_prompts(
 
 def model_vocab_size(model_dir: Path) -> int:
     """vocab_size from a checkpoint's config.json (text config of multimodal models included)."""
-    data = json.loads((Path(model_dir) / "config.json").read_text())
+    data = read_json(Path(model_dir) / "config.json")
+    if not isinstance(data, dict):
+        raise ValueError(f"{model_dir}: config.json is not a mapping")
     for candidate in (data, data.get("text_config") or {}, data.get("llm_config") or {}):
         if isinstance(candidate, dict) and isinstance(candidate.get("vocab_size"), int):
             return int(candidate["vocab_size"])

@@ -9,7 +9,6 @@ whenever a prompt, the tokenizer or the chat template does.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import InputError
-from ..common.inputs import check_tree, dotted, load_file, parse_json, read_text
+from ..common.inputs import check_tree, dotted, load_file, parse_json, read_json, read_text
 from ..common.paths import matrices_dir
 from .checkpoint import digest_of
 from .models import BUILD_MARKER, fixed_prompts, model_vocab_size
@@ -170,7 +169,7 @@ def uses_fixed_ids(model_dir: Path) -> bool:
     marker = model_dir / BUILD_MARKER
     if marker.is_file():
         try:
-            if json.loads(marker.read_text(encoding="utf-8")).get("prompts") == "token-ids":
+            if read_json(marker).get("prompts") == "token-ids":
                 return True
         except (OSError, ValueError, AttributeError):
             pass
