@@ -194,7 +194,7 @@ def test_the_pytest_report_refuses_another_users_file_before_any_test(pytester: 
 def planted_site(tmp_path: Path) -> Path:
     """A sys.path entry whose engines' METADATA are a FIFO, a link to /dev/zero and a 20 MiB file of one line."""
     site = tmp_path / "site"
-    for name, kind in (("vllm", "fifo"), ("sglang", "zero"), ("tensorrt_llm", "huge")):
+    for name, kind in (("vllm", "fifo"), ("sglang", "zero"), ("tensorrt_llm", "huge"), ("xformers", "no-version")):
         folder = site / f"{name}-0.1.0.dist-info"
         folder.mkdir(parents=True)
         metadata = folder / "METADATA"
@@ -202,6 +202,8 @@ def planted_site(tmp_path: Path) -> Path:
             os.mkfifo(metadata)
         elif kind == "zero":
             metadata.symlink_to("/dev/zero")
+        elif kind == "no-version":  # importlib.metadata, asked what the headers do not say, would read it whole
+            metadata.write_bytes(b"Metadata-Version: 2.1\nName: xformers\nX-Note: " + b"y" * (20 * 1024 * 1024))
         else:
             metadata.write_bytes(b"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: 0.1.0\nRequires-Dist: x"
                                  + b"y" * (20 * 1024 * 1024))
@@ -221,6 +223,7 @@ def test_installed_metadata_that_is_not_a_regular_file_is_a_reason_not_a_hang(tm
         assert f"{name}-0.1.0.dist-info" in reasons and "not a regular file" in reasons, reasons
     assert "vllm" not in data["packages"] and "sglang" not in data["packages"]
     assert "tensorrt_llm-0.1.0.dist-info" in reasons and "longer than" in reasons  # headers without an end
+    assert "xformers-0.1.0.dist-info" in reasons and "no Version header" in reasons
 
 
 def test_the_installs_reader_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,8 @@ def _version_in(path: str, reasons: list[str] | None = None) -> str | None:
             return line[8:].strip() or None
         if not line.strip():  # the headers end at the first blank line
             return None
+    if len(raw) == _VERSION_BYTES:  # no Version where it always is, in a file importlib.metadata would read whole
+        _refused(path, TooLargeError(f"no Version header in its first {_VERSION_BYTES} bytes"), reasons)
     return None
 
 
