@@ -524,3 +524,29 @@ def test_a_process_killed_after_collection_leaves_a_valid_interrupted_report(pyt
     again.assert_outcomes(passed=1)
     assert not load_report(pytester.path / "r.json").interrupted
     assert not (pytester.path / "r.json.lock").exists()
+
+
+# --------------------------------------------------------------------------- the package's own patterns over logs
+
+
+@pytest.mark.parametrize("line", ["AError" * 40_000 + "!", "a" * 256 * 1024, "x." * 100_000 + "Error!",
+                                  "torch." * 40_000 + "ValueError" * 1000 + " ?"])
+def test_a_long_engine_log_line_is_read_in_linear_time(line: str) -> None:
+    """The exception-line pattern backtracked quadratically on a long line of words repeating "Error" (21 s for
+    32 KiB), and the rule proposal's path pattern on one long word (156 s for 64 KiB): an engine's log line has no
+    length bound. Both take a fraction of a second on 256 KiB now, with the same answers."""
+    from pytest_gpucompat.engines.failures import failure_reason, last_error
+    from pytest_gpucompat.kb.propose import group_failures, propose_rule
+    from pytest_gpucompat.kb.signatures import Failure
+    from pytest_gpucompat.machine.fingerprint import Fingerprint
+
+    start = time.monotonic()
+    last_error(line + "\n" + line)
+    failure_reason("engine process died: SIGSEGV", line)
+    failure = Failure(fingerprint=Fingerprint(name="r"), engine="vllm", reason=line, log_tail=line, phase="setup")
+    group_failures([failure])
+    propose_rule([failure], "r.json", set(), ())
+    assert time.monotonic() - start < 5.0
+    assert last_error("x\nINFO 01-02 03:04:05 [core.py:1] torch.OutOfMemoryError: CUDA out of memory") == \
+        "torch.OutOfMemoryError: CUDA out of memory"
+    assert last_error("Error: not an exception name") is None

@@ -36,10 +36,11 @@ _LOG_PREFIXES = re.compile(
     r"^(?:\x1b\[[0-9;]*m|\([\w.-]+ pid=\d+\)\s*|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d"
     r"(?:\.\d+)?\s+\[[^\]]*\]\s?|\[\d{4}-\d\d-\d\d[^\]]*\]\s?)+"
 )
-_EXCEPTION_LINE = re.compile(
-    r"^(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Dead|Timeout)\w*)"
-    r"(?::\s*(?P<message>.*))?$"
-)
+# A dotted name, then ": message" or nothing. Its last part must hold an exception word after its first letter
+# (`_EXCEPTION_WORD`, searched apart): written as one pattern, `[A-Z]\w*(?:Error|...)\w*` backtracks quadratically
+# on a long line of words that repeat "Error" and end in punctuation (21 s for 32 KiB, and a log line has no bound).
+_EXCEPTION_LINE = re.compile(r"^(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s*(?P<message>.*))?$")
+_EXCEPTION_WORD = re.compile(r"Error|Exception|Exit|Interrupt|Failure|Fault|Dead|Timeout")
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _SEE_ABOVE = re.compile(r"see (?:the )?root cause above|see (?:the )?(?:error|logs?) above", re.IGNORECASE)
 _PACKAGE_ROOT = re.compile(r"^.*/(?:site|dist)-packages/")
@@ -59,7 +60,7 @@ def last_error(tail: str) -> str | None:
     found: list[tuple[int, str, str]] = []
     for i, line in enumerate(lines):
         match = _EXCEPTION_LINE.match(line)
-        if match:
+        if match and _EXCEPTION_WORD.search(match.group("name").rpartition(".")[2], 1):
             found.append((i, match.group("name"), (match.group("message") or "").strip()))
     if not found:
         return None
