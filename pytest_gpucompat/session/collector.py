@@ -281,8 +281,8 @@ class ReportCollector:
                 if gc_was_enabled:
                     gc.enable()
         self._last_write = time.monotonic()
-        if partial:
-            self._write_s_per_cell = (self._last_write - start) / max(1, len(self.cells))
+        if partial and self.cells:  # the first checkpoint has none: its fixed cost is no cost per cell
+            self._write_s_per_cell = (self._last_write - start) / len(self.cells)
         return True
 
     @pytest.hookimpl(trylast=True)
