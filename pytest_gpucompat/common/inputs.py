@@ -387,7 +387,7 @@ def as_text(value: Any, numbers: bool = True) -> str:
         return value
     if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise ValueError(f"must be a string, not {_describe(value)}")
+    raise ValueError(f"must be a string, not {describe_value(value)}")
 
 
 def text_field(value: Any, source: str, field: str, rule_id: str | None = None, numbers: bool = True) -> str | None:
@@ -405,17 +405,18 @@ def int_field(value: Any, source: str, field: str, minimum: int = 0) -> int | No
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(source, field, f"must be a whole number >= {minimum}, not {_describe(value)}")
+        raise InputError(source, field, f"must be a whole number >= {minimum}, not {describe_value(value)}")
     return value
 
 
 def bool_field(value: Any, source: str, field: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
-    raise InputError(source, field, f"must be true or false, not {_describe(value)}")
+    raise InputError(source, field, f"must be true or false, not {describe_value(value)}")
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """A value as an error says what was found instead: "a list", "the number 3", "'text'" (shortened)."""
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list):

@@ -22,7 +22,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..common.errors import InputError
-from ..common.inputs import load_file
+from ..common.inputs import bool_field, describe_value, load_file, text_field
 from ..common.paths import matrices_dir
 from ..common.versions import normalize_package, parse_version
 
@@ -287,19 +287,7 @@ def _check_attrs(kind: str, attrs: Mapping[str, Any], source: str, where: str) -
     for name, value in attrs.items():
         check = known.get(name)
         if check is not None and not check[0](value):
-            raise InputError(source, f"{where}.{name}", f"must be {check[1]}, not {_kind(value)}")
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    return "a number" if isinstance(value, (int, float)) else "a string"
+            raise InputError(source, f"{where}.{name}", f"must be {check[1]}, not {describe_value(value)}")
 
 
 def _releases(raw: Any, source: str) -> tuple[Release, ...]:
@@ -314,10 +302,8 @@ def _releases(raw: Any, source: str) -> tuple[Release, ...]:
         except ValueError as exc:
             raise InputError(source, f"releases[{i}].version", str(exc)) from None
         for name in ("file", "sha256", "uploaded", "error"):
-            if r.get(name) is not None and not isinstance(r.get(name), str):
-                raise InputError(source, f"releases[{i}].{name}", f"must be a string, not {_kind(r.get(name))}")
-        if r.get("yanked") is not None and not isinstance(r.get("yanked"), bool):
-            raise InputError(source, f"releases[{i}].yanked", f"must be true or false, not {_kind(r.get('yanked'))}")
+            text_field(r.get(name), source, f"releases[{i}].{name}", numbers=False)
+        bool_field(r.get("yanked"), source, f"releases[{i}].yanked")
         error = r.get("error")
         out.append(Release(version=version, text=r["version"], file=r.get("file") or "",
                            sha256=r.get("sha256") or "", uploaded=r.get("uploaded") or "",
