@@ -12,6 +12,8 @@ Measured, each as the median of ``--runs`` passes with its spread ((max - min) /
 - ``failures_per_s``: failures judged against every pattern per second, as the product searches them: re line by
   line, RE2 once over the lines joined (``kb.signatures.signature_matches``); ``re2_vs_re`` is RE2's over re's;
 - ``agree``: whether both find the same (pattern, failure) pairs;
+- ``long_failure_*``: one failure of the most text a signature is searched in (64 KiB: the corpus's lines over and
+  over), judged against every pattern: re line by line, RE2 once over the joined lines;
 - ``chain_*``: one pattern that has no repeat, ``(?:x|x)`` n times then ``Q``, on a line of n+20 ``x``: re's time
   doubles with each n (measured up to n=22, then extrapolated to the n=40 of the hostile corpus), RE2's does not.
 
@@ -36,7 +38,12 @@ sys.path.insert(0, str(ROOT))
 from pytest_gpucompat.kb import load_kb  # noqa: E402
 from pytest_gpucompat.kb.failure_modes import load_failure_modes  # noqa: E402
 from pytest_gpucompat.kb.linear_regex import LinearPattern, compile_linear, joined  # noqa: E402
-from pytest_gpucompat.kb.signatures import failure_lines, signature_matches  # noqa: E402
+from pytest_gpucompat.kb.signatures import (  # noqa: E402
+    MAX_LINE_CHARS,
+    MAX_TEXT_CHARS,
+    failure_lines,
+    signature_matches,
+)
 
 FAILED = {"failed", "error", "xfailed", "xpassed"}
 
@@ -120,6 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         found[name] = judge()
     out["re2_vs_re"] = (out["re2_failures_per_s"] or 0) / (out["re_failures_per_s"] or 1)
     out["agree"], out["matches"] = found["re"] == found["re2"], len(found["re2"])
+    corpus = [line for lines in failures for line in lines]
+    long_text, n = [], 0
+    while n < MAX_TEXT_CHARS - MAX_LINE_CHARS:
+        long_text.append(corpus[len(long_text) % len(corpus)])
+        n += len(long_text[-1]) + 1
+    for name, judge_long in (("re", lambda: [any(p.search(line) for line in long_text) for p in python]),
+                             ("re2", lambda: [signature_matches((p,), joined(long_text)) for p in linear])):
+        median, spread, _ = timed(judge_long, args.runs)
+        out[f"long_failure_{name}_ms"], out[f"long_failure_{name}_ms_spread"] = median * 1000, spread
+    out["long_failure_lines"] = len(long_text)
+    out["long_failure_re2_vs_re"] = out["long_failure_re_ms"] / out["long_failure_re2_ms"]
     chain = {n: chain_seconds(n, "re") for n in (16, 18, 20, 22)}
     out["chain_re_s"] = {str(n): s for n, s in chain.items()}
     out["chain_re_s_at_40_extrapolated"] = chain[22] * 2 ** (40 - 22)
