@@ -349,6 +349,8 @@ BACKTRACKING = {
     "case-folded chain": "(?i)(?:x|X)" * 40 + "Q",
     "optional chain": "x?" * 40 + "x" * 40,
     "class chain": "[xy]?" * 30 + "[xy]" * 30 + "Q",
+    "automaton blow-up": "[ab]*a[ab]{999}Q",  # linear for RE2 too, but its automaton outgrew the default cache
+    "large automaton": ".*a.{999}Q",
 }
 
 
@@ -367,6 +369,7 @@ def test_a_signature_that_backtracks_in_python_is_linear_or_refused(case: str, t
 
 
 @pytest.mark.parametrize(("pattern", "problem"), [
+    (r"[ab ]*a[ab ]{998}b", "instructions"), ("(?:abc){999}d", "instructions"),
     (r"(?<=a)boom", "RE2"), (r"boom\Z", "RE2"), (r"(?P<x>a)(?P=x)", "backreference"), ("(?x) b o o m", "RE2"),
     (r"a{1001}", "repeat bound"),
 ])
