@@ -154,7 +154,8 @@ def test_check_explain_and_diff_fit_the_terminal(capsys, monkeypatch, tmp_path, 
         code, out, err = run(capsys, *argv)
         assert code in (0, 1) and err == "", argv
         assert out.strip() and widest(out) <= columns, argv
-    assert "…" in out  # a long node id, shortened in the middle
+    if columns >= 100:  # cells are named by the parameters that tell them apart, wrapped, never cut
+        assert "…" not in out
 
 
 def test_json_output_is_not_fitted(capsys, tmp_path) -> None:

@@ -5,7 +5,8 @@ the middle to fit a terminal, two cells of vLLM print as the same line. Here a c
 parameters that tell it apart from the other cells of that test (its siblings):
 
 * the engine, then each parameter (and axis) the cell has, leaving out those that every sibling of the same engine
-  has with the same value (the harness's `gpu_memory_utilization=0.08` on every vLLM cell tells nothing apart);
+  has with the same value (the harness's `gpu_memory_utilization=0.08` on every vLLM cell tells nothing apart), or
+  for the only cell of its engine those that every sibling has;
 * where two siblings still read alike (a parameter the record does not keep, e.g. the model): the cell's full
   parameters, then the words of its id that not every sibling has, then the whole id.
 
@@ -76,8 +77,10 @@ def _name_siblings(cells: Mapping[str, CellRecord]) -> dict[str, str]:
     for key, cell in cells.items():
         by_engine.setdefault(cell.engine, []).append(key)
     names: dict[str, str] = {}
+    everyone = set.intersection(*(set(p) for p in pairs.values()))
     for engine_keys in by_engine.values():
-        common = set.intersection(*(set(pairs[k]) for k in engine_keys))
+        # a lone cell of its engine keeps what tells it from the other engines' cells
+        common = set.intersection(*(set(pairs[k]) for k in engine_keys)) if len(engine_keys) > 1 else everyone
         for key in engine_keys:
             names[key] = _words(p for p in pairs[key] if p[0] == "engine" or p not in common)
     for attempt in (lambda k: _words(pairs[k]), _id_words(cells), lambda k: _bracket(cells[k].nodeid) or k):

@@ -150,9 +150,18 @@ def format_table(rows: Sequence[CompareRow], width: int, names: Mapping[str, Cel
         return ["Compare: no figure recorded by both reports' cells"]
     names = names or {}
     shown = list(rows) if len(rows) <= limit else [r for r in rows if r.moved]
-    head = ("metric", "baseline", "current", "Δ", "change", "noise", "verdict")
-    cells = [(r.metric, _num(r.before), _num(r.after), r.delta, r.change, r.noise, r.verdict) for r in shown]
+    head: tuple[str, ...] = ("metric", "baseline", "current", "Δ", "change", "noise", "verdict")
+    cells: list[tuple[str, ...]] = [(r.metric, _num(r.before), _num(r.after), r.delta, r.change, r.noise, r.verdict)
+                                    for r in shown]
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
+    # a narrow terminal loses the columns that matter least, never the verdict
+    for drop in ("Δ", "noise", "baseline", "current"):
+        if sum(widths[1:]) + 2 * (len(head) - 1) + 4 + 12 <= width:
+            break
+        at = head.index(drop)
+        head = head[:at] + head[at + 1:]
+        cells = [c[:at] + c[at + 1:] for c in cells]
+        widths = widths[:at] + widths[at + 1:]
     fixed = sum(widths[1:]) + 2 * (len(head) - 1) + 4
     widths[0] = max(min(widths[0], width - fixed), 8)
 
@@ -160,6 +169,12 @@ def format_table(rows: Sequence[CompareRow], width: int, names: Mapping[str, Cel
         first = shorten_middle(values[0], widths[0]).ljust(widths[0])
         rest = [v.rjust(w) for v, w in zip(values[1:-1], widths[1:-1])] + [values[-1].ljust(widths[-1])]
         return ("    " + "  ".join([first, *rest])).rstrip()[:width]
+
+    def figure(values: Sequence[str]) -> list[str]:
+        """A metric name wider than its column on a line of its own, never cut (it is what a reader greps for)."""
+        if len(values[0]) <= widths[0]:
+            return [line(values)]
+        return [shorten_middle("    " + values[0], width), line(["", *values[1:]])]
 
     default = any(not r.measured for r in shown)
     out = [f"Compare ({len(rows)} figure(s) both reports recorded; moved beyond the noise band: worse, better or "
@@ -173,7 +188,7 @@ def format_table(rows: Sequence[CompareRow], width: int, names: Mapping[str, Cel
                 last_file = name.file
             out.append(f"  {name.line if name is not None else row.key}")
             last_key = row.key
-        out.append(line(values))
+        out.extend(figure(values))
     if len(shown) < len(rows):
         out.append(f"  ... and {len(rows) - len(shown)} figure(s) within noise or of the harness not listed")
     if default:

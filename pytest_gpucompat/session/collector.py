@@ -307,7 +307,7 @@ class ReportCollector:
         from ..report.diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
         from ..report.io import load_report
         from ..report.model import ReportError
-        from ..report.thresholds import parse_fail_on
+        from ..report.thresholds import parse_fail_on, uses_defaults
 
         current = self.build()
         try:
@@ -321,7 +321,8 @@ class ReportCollector:
             self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
             return 0
         result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing,
-                              fail_on_changed=changed)
+                              fail_on_changed=changed, default_gate=uses_defaults(self.state.settings.compare_fail),
+                              sources=(baseline, self.path))
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 
