@@ -68,6 +68,7 @@ class ReportCollector:
         self._last_write = time.monotonic()
         self._write_s_per_cell = _WRITE_S_PER_CELL  # measured by each write
         self.diff_text: str | None = None
+        self.kept: str | None = None  # why the report file was left as it was (a run that executed no cell)
         self._cells_dir: str | None = None  # made for the first xdist worker
         self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
         self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
@@ -276,7 +277,11 @@ class ReportCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or received() is not None:
             self.interrupted = True
-        if not self.write(int(exitstatus)) and session.exitstatus == 0:
+        if not self.cells and self.path and os.path.isfile(self.path):
+            # `--co`, `--lf` with nothing to re-run, `-k` matching nothing: a run that executed no cell tells nothing
+            # about the stack, and must not replace the report of one that did
+            self.kept = f"no cell ran: the report {self.path} was left as it was"
+        elif not self.write(int(exitstatus)) and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
         baseline = self.state.settings.baseline
         if baseline:
@@ -336,6 +341,9 @@ class ReportCollector:
         from ..report.summary import summary_lines
 
         cells = list(self.cells.values())
+        if self.kept:
+            tr.section("gpucompat")
+            tr.write_line(visible(f"gpucompat: {self.kept}"))
         if not cells and not self.diff_text:
             return
         tr.section("gpucompat")
