@@ -19,9 +19,32 @@ if TYPE_CHECKING:
     from .machine.fingerprint import Fingerprint
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extras: Sequence[str]) -> int:
+    """An argument the command does not take: the command's own usage and one error line, with the nearest of its
+    flags for a misspelt one (argparse would print the top-level usage, which names no flag of the command)."""
+    import difflib
+
+    target = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            target = action.choices[command]
+    flags = [flag for action in target._actions for flag in action.option_strings if flag.startswith("--")]
+    hints = []
+    for extra in extras:
+        near = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1) if extra.startswith("-") else []
+        if near:
+            hints.append(f"{extra}: did you mean {near[0]}?")
+    message = f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+    target.print_usage(sys.stderr)
+    print(f"{target.prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        return _unrecognized(parser, getattr(args, "command", None), extras)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
