@@ -268,11 +268,45 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0
-    for r in rules:
-        engine = r.engine or "-"
-        print(f"{r.id:<58} {r.severity:<9} {r.confidence:<10} {engine:<13} {r.summary}")
+    rows = [(r.id, r.severity, r.confidence, r.engine or "-", r.summary) for r in rules]
+    sys.stdout.write("".join(line + "\n" for line in rules_table(rows)))
     print(f"\n{len(rules)} of {len(kb.rules)} rules")
     return 0
+
+
+def rules_table(rows: Sequence[tuple[str, str, str, str, str]], width: int | None = None) -> list[str]:
+    """`gpucompat rules` as a table with a header row, no line wider than the terminal: the summary beside the
+    other columns where at least 30 columns are left for it, else on the lines below each rule, wrapped."""
+    import textwrap
+
+    from .common.textfit import terminal_width
+
+    width = width or terminal_width()
+    head = ("rule", "severity", "confidence", "engine", "summary")
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
+    left = sum(widths) + 4
+    beside = width - left >= 30
+
+    def cells(row: Sequence[str]) -> str:
+        return " ".join(value.ljust(w) for value, w in zip(row[:4], widths))
+
+    if left - 1 > width:  # not even the four short columns fit: each rule's id on a line of its own
+        lines = ["rule", "    severity confidence engine: summary"]
+        for row in rows:
+            lines.append(fit(row[0], width).rstrip())
+            lines += textwrap.wrap(f"{row[1]} {row[2]} {row[3]}: {row[4]}", width, initial_indent="    ",
+                                   subsequent_indent="    ")
+        return lines
+    lines = [(cells(head) + (" summary" if beside else "")).rstrip()]
+    for row in rows:
+        if beside:
+            wrapped = textwrap.wrap(row[4], width - left) or [""]
+            lines.append(f"{cells(row)} {wrapped[0]}".rstrip())
+            lines += [" " * left + more for more in wrapped[1:]]
+        else:
+            lines.append(fit(cells(row).rstrip(), width).rstrip("\n"))
+            lines += textwrap.wrap(row[4], width, initial_indent="    ", subsequent_indent="    ")
+    return lines
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,3 +27,15 @@ def test_an_extra_word_is_named_without_a_guess(capsys: pytest.CaptureFixture[st
     assert main(["check", "extra"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: gpucompat check ") and err.endswith("error: unrecognized arguments: extra\n")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 200])
+def test_rules_has_a_header_row_and_fits_the_terminal(columns: int, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["rules", "--engine", "vllm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert " ".join(lines[:2]).replace(":", "").split()[:4] == ["rule", "severity", "confidence", "engine"]
+    assert max(map(len, lines)) <= columns
+    assert ("summary" in lines[0]) == (columns >= 200)  # beside the columns only where 30 are left for it
+    assert "vllm-parallel-needs-visible-gpus" in {line.split(" ", 1)[0] for line in lines}  # ids whole
