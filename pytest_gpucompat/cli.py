@@ -214,8 +214,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
     elif args.quiet:
         print(check.format_quiet(results))
+    elif len(results) > 1:
+        print(check.format_fleet(results, severity=args.severity))
     else:
-        print("\n\n".join(check.format_findings(fp, found, severity=args.severity) for fp, found in results))
+        print(check.format_findings(*results[0], severity=args.severity))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
 
 
@@ -268,7 +270,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0
-    rows = [(r.id, r.severity, r.confidence, r.engine or "-", r.summary) for r in rules]
+    # control characters escaped before wrapping (which would fold them into spaces), as every printed line is
+    rows = [(visible(r.id), r.severity, r.confidence, r.engine or "-", visible(r.summary)) for r in rules]
     sys.stdout.write("".join(line + "\n" for line in rules_table(rows)))
     print(f"\n{len(rules)} of {len(kb.rules)} rules")
     return 0

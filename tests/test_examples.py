@@ -31,3 +31,18 @@ def test_each_readme_check_command_runs_on_its_example(line: str, capsys: pytest
         assert all(name in out for name in ("v100", "a100", "h100", "h200"))
     else:
         assert "V100" in out
+
+
+def test_a_fleet_check_folds_advice_and_ends_with_a_line_per_runner(capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["check", "--env", "examples/fleet.yaml"]) == 0
+    folded = capsys.readouterr().out
+    assert "RECOMMENDATIONS" not in folded and "--severity advice lists all" in folded
+    tail = folded.rstrip("\n").split("\n\n")[-1].splitlines()
+    assert tail[0] == "fleet of 4 runners:" and [line.split(":")[0] for line in tail[1:]] == [
+        "v100", "a100", "h100", "h200"]
+    assert main(["check", "--env", "examples/fleet.yaml", "--severity", "advice"]) == 0
+    full = capsys.readouterr().out
+    assert "RECOMMENDATIONS for this hardware" in full and len(full) > 3 * len(folded)
