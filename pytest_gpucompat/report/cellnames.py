@@ -24,22 +24,26 @@ from .model import CellRecord
 
 @dataclass(frozen=True)
 class CellName:
-    """Where a cell belongs and what tells it apart: `file` (`suites/test_smoke.py`), `test` (the function,
-    with the runner first when cells are matched by runner) and `params` (empty for a test of one cell)."""
+    """Where a cell belongs and what tells it apart: `file` (`suites/test_smoke.py`), `test` (the function),
+    `params` (the words that tell it from its siblings) and `runner` (when cells are matched by runner)."""
 
     file: str
     test: str
     params: str
+    runner: str = ""
 
     @property
     def line(self) -> str:
-        """`test_x · vllm dtype=float16`: the cell on one line, without its file."""
-        return f"{self.test} · {self.params}" if self.params else self.test
+        """`test_x · vllm dtype=float16`: the cell on one line, without its file (with its runner first)."""
+        text = f"{self.test} · {self.params}" if self.params else self.test
+        return f"{self.runner}: {text}" if self.runner else text
 
     @property
     def full(self) -> str:
         """The line with its file: unique across a report."""
-        return f"{self.file}::{self.line}" if self.file else self.line
+        text = f"{self.file}::{self.test}" if self.file else self.test
+        text = f"{text} · {self.params}" if self.params else text
+        return f"{self.runner}: {text}" if self.runner else text
 
 
 def _text(value: object) -> str:
@@ -119,11 +123,10 @@ def cell_names(cells: Mapping[str, CellRecord], by_runner: bool = False) -> dict
         groups.setdefault((cell.runner if by_runner else "", path, test), {})[key] = cell
     out: dict[str, CellName] = {}
     for (runner, path, test), members in groups.items():
-        shown = f"{runner}: {test}" if runner else test
         if len(members) == 1:
             (key,) = members
-            out[key] = CellName(path, shown, _words(_pairs(members[key])))
+            out[key] = CellName(path, test, _words(_pairs(members[key])), runner)
             continue
         for key, words in _name_siblings(members).items():
-            out[key] = CellName(path, shown, words)
+            out[key] = CellName(path, test, words, runner)
     return out

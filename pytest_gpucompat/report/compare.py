@@ -150,6 +150,8 @@ def format_table(rows: Sequence[CompareRow], width: int, names: Mapping[str, Cel
         return ["Compare: no figure recorded by both reports' cells"]
     names = names or {}
     shown = list(rows) if len(rows) <= limit else [r for r in rows if r.moved]
+    if not shown:
+        return [f"Compare: {len(rows)} figure(s) both reports recorded, none moved beyond the runs' noise"]
     head: tuple[str, ...] = ("metric", "baseline", "current", "Δ", "change", "noise", "verdict")
     cells: list[tuple[str, ...]] = [(r.metric, _num(r.before), _num(r.after), r.delta, r.change, r.noise, r.verdict)
                                     for r in shown]
