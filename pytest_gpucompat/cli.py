@@ -19,9 +19,32 @@ if TYPE_CHECKING:
     from .machine.fingerprint import Fingerprint
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extras: Sequence[str]) -> int:
+    """An argument the command does not take: the command's own usage and one error line, with the nearest of its
+    flags for a misspelt one (argparse would print the top-level usage, which names no flag of the command)."""
+    import difflib
+
+    target = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            target = action.choices[command]
+    flags = [flag for action in target._actions for flag in action.option_strings if flag.startswith("--")]
+    hints = []
+    for extra in extras:
+        near = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1) if extra.startswith("-") else []
+        if near:
+            hints.append(f"{extra}: did you mean {near[0]}?")
+    message = f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+    target.print_usage(sys.stderr)
+    print(f"{target.prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        return _unrecognized(parser, getattr(args, "command", None), extras)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -191,8 +214,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(jsontext.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
     elif args.quiet:
         print(check.format_quiet(results))
+    elif len(results) > 1:
+        print(check.format_fleet(results, severity=args.severity))
     else:
-        print("\n\n".join(check.format_findings(fp, found, severity=args.severity) for fp, found in results))
+        print(check.format_findings(*results[0], severity=args.severity))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
 
 
@@ -245,11 +270,46 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.json:
         print(jsontext.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
         return 0
-    for r in rules:
-        engine = r.engine or "-"
-        print(f"{r.id:<58} {r.severity:<9} {r.confidence:<10} {engine:<13} {r.summary}")
+    # control characters escaped before wrapping (which would fold them into spaces), as every printed line is
+    rows = [(visible(r.id), r.severity, r.confidence, r.engine or "-", visible(r.summary)) for r in rules]
+    sys.stdout.write("".join(line + "\n" for line in rules_table(rows)))
     print(f"\n{len(rules)} of {len(kb.rules)} rules")
     return 0
+
+
+def rules_table(rows: Sequence[tuple[str, str, str, str, str]], width: int | None = None) -> list[str]:
+    """`gpucompat rules` as a table with a header row, no line wider than the terminal: the summary beside the
+    other columns where at least 30 columns are left for it, else on the lines below each rule, wrapped."""
+    import textwrap
+
+    from .common.textfit import terminal_width
+
+    width = width or terminal_width()
+    head = ("rule", "severity", "confidence", "engine", "summary")
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
+    left = sum(widths) + 4
+    beside = width - left >= 30
+
+    def cells(row: Sequence[str]) -> str:
+        return " ".join(value.ljust(w) for value, w in zip(row[:4], widths))
+
+    if left - 1 > width:  # not even the four short columns fit: each rule's id on a line of its own
+        lines = ["rule", "    severity confidence engine: summary"]
+        for row in rows:
+            lines.append(fit(row[0], width).rstrip())
+            lines += textwrap.wrap(f"{row[1]} {row[2]} {row[3]}: {row[4]}", width, initial_indent="    ",
+                                   subsequent_indent="    ")
+        return lines
+    lines = [(cells(head) + (" summary" if beside else "")).rstrip()]
+    for row in rows:
+        if beside:
+            wrapped = textwrap.wrap(row[4], width - left) or [""]
+            lines.append(f"{cells(row)} {wrapped[0]}".rstrip())
+            lines += [" " * left + more for more in wrapped[1:]]
+        else:
+            lines.append(fit(cells(row).rstrip(), width).rstrip("\n"))
+            lines += textwrap.wrap(row[4], width, initial_indent="    ", subsequent_indent="    ")
+    return lines
 
 
 if __name__ == "__main__":  # pragma: no cover

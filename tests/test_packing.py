@@ -323,3 +323,13 @@ def test_a_release_has_the_cache_size_setting_only_from_its_first_release() -> N
     assert not sharing._release_has("hf", "9999")
     assert not sharing._release_has("mypkg.engine:Factory", None)  # no distribution: nothing installed to ask
     sharing._release_has.cache_clear()
+
+
+def test_a_users_own_auto_num_workers_is_not_shadowed(pytester: pytest.Pytester) -> None:
+    """A conftest's `pytest_xdist_auto_num_workers` decides `-n auto`; the plugin's answer is only the default."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest("def pytest_xdist_auto_num_workers(config):\n    return 2\n")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--gpucompat", "-n", "auto")
+    result.stdout.fnmatch_lines(["*created: 2/2 workers*"])
+    assert result.ret == 0

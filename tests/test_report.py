@@ -590,7 +590,7 @@ def test_metric_thresholds(expr: str, before: float, after: float, verdict: str 
     metric = threshold.metric
     base = make_report(cells=[cell(N_GEN, "passed", metrics={metric: before})])
     cur = make_report(cells=[cell(N_GEN, "passed", metrics={metric: after})])
-    result = diff_reports(base, cur, [threshold])
+    result = diff_reports(base, cur, [threshold], default_gate=False)
     assert result.regressed == (verdict == "regression")
     assert bool(result.improvements) == (verdict == "improvement")
     if verdict == "regression":
@@ -795,10 +795,15 @@ def test_cmd_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     )
     cur = write_report_atomic(slower, tmp_path / "cur.json")
     assert cli.cmd_diff(base, base, []) == 0
-    assert cli.cmd_diff(base, cur, []) == 0
+    # -37.5 % tokens/s is beyond the registry's default tolerance (25 %): a regression with no --fail-on at all
+    assert cli.cmd_diff(base, cur, []) == 1
+    assert "tokens_per_s 800 → 500 (-37.5%, worse: threshold tokens_per_s:-25% (default))" in " ".join(
+        capsys.readouterr().out.split())
+    assert cli.cmd_diff(base, cur, ["tokens_per_s:-50%"]) == 0  # relaxed
+    assert cli.cmd_diff(base, cur, ["no-defaults"]) == 0
     assert cli.cmd_diff(base, cur, ["tokens_per_s:-10%"]) == 1
     out = " ".join(capsys.readouterr().out.split())  # the text is wrapped to the terminal
-    assert "tokens_per_s 800 → 500 (-37.5%, threshold tokens_per_s:-10%)" in out
+    assert "tokens_per_s 800 → 500 (-37.5%, worse: threshold tokens_per_s:-10%)" in out
     assert cli.cmd_diff(base, cur, ["tokens_per_s:10"]) == 2
     assert cli.cmd_diff(base, tmp_path / "nope.json", []) == 2
     err = capsys.readouterr().err.splitlines()

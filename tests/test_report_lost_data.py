@@ -307,3 +307,26 @@ def test_cell_stopped_in_setup_is_in_the_report_as_interrupted(pytester, signal_
     assert (stopped["outcome"], stopped["when"], stopped["engine"], stopped["params"]) == ("error", "setup", "hf",
                                                                                           {"n": 2})
     assert stopped["reason"].startswith("interrupted in setup")
+
+
+# --------------------------------------------------------------------------------- runs that execute no cell
+
+@pytest.mark.parametrize("argv", [("--co",), ("-k", "matches_nothing"), ("--lf", "--lfnf", "none")])
+def test_a_run_that_executes_no_cell_keeps_the_existing_report(pytester, argv):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1]})
+        def test_cell(gpucompat_cell):
+            pass
+    """)
+    result = pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json", "-p", "cacheprovider")
+    result.assert_outcomes(passed=1)
+    before = (pytester.path / "r.json").read_text()
+    result = pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json", "-p", "cacheprovider", *argv)
+    assert (pytester.path / "r.json").read_text() == before
+    result.stdout.fnmatch_lines(["*gpucompat: no cell ran: the report r.json was left as it was*"])
+    # a run that executes a cell replaces it as before
+    pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json").assert_outcomes(passed=1)
+    assert json.loads((pytester.path / "r.json").read_text())["created"] != "" and len(cells_by_test(
+        pytester.path / "r.json")) == 1

@@ -18,13 +18,21 @@ SPREAD_SUFFIX = "_spread"
 
 @dataclass(frozen=True)
 class Metric:
-    """One recorded figure: which way is better (None: neither, e.g. a count) and its unit."""
+    """One recorded figure: which way is better (None: neither, e.g. a count) and its unit.
+
+    `floor`: the absolute change (in `unit`) below which a move is noise whatever its percentage, so a near-zero
+    baseline is judged by absolute change (a drift of 5e-6 nats that becomes 1e-5 has not moved). `tolerance`: the
+    relative change worse than which `gpucompat diff` calls the figure a regression by default (with `floor` as its
+    absolute minimum), when it is also beyond the runs' noise; None: shown as worse or better, never gating unless
+    `--fail-on` names it."""
 
     name: str
     better: Literal["higher", "lower"] | None
     unit: str
     suite: str
     summary: str
+    floor: float = 0.0
+    tolerance: float | None = None
 
 
 def spread_name(metric: str) -> str:
@@ -32,20 +40,24 @@ def spread_name(metric: str) -> str:
     return metric + SPREAD_SUFFIX
 
 
-def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summary: str) -> tuple[Metric, Metric]:
+def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summary: str, floor: float = 0.0,
+                 tolerance: float | None = None) -> tuple[Metric, Metric]:
     return (
-        Metric(name, better, unit, "smoke", f"{summary}; median of the rounds"),
+        Metric(name, better, unit, "smoke", f"{summary}; median of the rounds", floor, tolerance),
         Metric(spread_name(name), "lower", "ratio", "smoke", f"(max - min) / median of `{name}` over the rounds"),
     )
 
 
 def _golden(prefix: str, against: str) -> tuple[Metric, ...]:
     """The precision figures, measured against golden outputs recorded on another runner (checks/golden.py)."""
+    gate = DRIFT_TOLERANCE if prefix == "golden_" else None
     return (
-        Metric(f"{prefix}max_abs_logprob_delta", "lower", "nats", "golden", f"largest logprob difference to {against}"),
-        Metric(f"{prefix}mean_abs_logprob_delta", "lower", "nats", "golden", f"mean logprob difference to {against}"),
+        Metric(f"{prefix}max_abs_logprob_delta", "lower", "nats", "golden", f"largest logprob difference to {against}",
+               DRIFT_FLOOR, gate),
+        Metric(f"{prefix}mean_abs_logprob_delta", "lower", "nats", "golden", f"mean logprob difference to {against}",
+               DRIFT_FLOOR),
         Metric(f"{prefix}token_agreement", "higher", "fraction", "golden",
-               f"greedy tokens equal to those of {against}"),
+               f"greedy tokens equal to those of {against}", AGREEMENT_FLOOR),
         Metric(f"{prefix}logprobs_close", "higher", "0/1", "golden",
                f"1 when every prompt is logprobs-close to {against}"),
         Metric(f"{prefix}first_divergence", "higher", "position", "golden",
@@ -53,25 +65,43 @@ def _golden(prefix: str, against: str) -> tuple[Metric, ...]:
     )
 
 
+THROUGHPUT_TOLERANCE = 0.25
+"""tokens/s 25 % lower (TTFT 25 % longer) is a regression by default: between two H200 runs of one unchanged
+transformers stack (docs/reports, vLLM 0.25.0 and 0.26.0 serial runs) its cells' tokens/s moved by up to 24 %, beyond
+their rounds' own spread, so a tighter default would fail unchanged stacks; `--fail-on tokens_per_s:-10%` tightens it
+where runs are steadier."""
+DRIFT_FLOOR = 0.05
+"""nats: a logprob difference that moved less than this has not moved (bfloat16 alone differs by ~0.01-0.1)."""
+DRIFT_TOLERANCE = 0.5
+"""A drift figure 50 % (and DRIFT_FLOOR nats) worse than the baseline's is a regression by default."""
+AGREEMENT_FLOOR = 0.05
+"""A token agreement that moved less than 5 points has not moved (one token of 16 is 6 points)."""
+
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens"),
-        *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt"),
+        *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens",
+                      tolerance=THROUGHPUT_TOLERANCE),
+        *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt", floor=0.002,
+                      tolerance=THROUGHPUT_TOLERANCE),
         Metric("rounds", None, "count", "smoke", "measured rounds behind the medians (after one warm-up round)"),
         Metric("generate_s", "lower", "s", "smoke", "seconds of one 4 x 16 token generation; median of the rounds"),
         Metric("repeat_request_s", "lower", "s", "smoke", "seconds per repeat of an identical request"),
-        Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference"),
-        Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference"),
-        Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's"),
+        Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference",
+               DRIFT_FLOOR, DRIFT_TOLERANCE),
+        Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference",
+               DRIFT_FLOOR),
+        Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's",
+               AGREEMENT_FLOOR, 0.0),
         Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
         Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
         *_golden("golden_", "the golden reference (--gpucompat-golden)"),
         *_golden("golden_cell_", "the same cell in the golden file"),
         *_golden("outputs_", "the same cell's outputs on the other runner or in the baseline (report/cross.py)"),
-        Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference"),
+        Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference", 0.001,
+               0.0),
         Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
-               "steady memory growth per engine create/destroy, of the signal nearest its limit"),
+               "steady memory growth per engine create/destroy, of the signal nearest its limit", 1.0, 0.0),
         Metric("leak_limit_mib_per_cycle", None, "MiB/cycle", "memory", "the limit of that signal"),
         Metric("leaked_processes_per_cycle", "lower", "processes/cycle", "memory",
                "processes the engine started and left running, per cycle"),
@@ -148,10 +178,21 @@ def round_metrics(name: str, values: Sequence[float]) -> dict[str, float]:
     return {name: float(statistics.median(values)), spread_name(name): spread(values)}
 
 
+def gate_text(metric: Metric) -> str:
+    """`worse by > 10 %`, `worse by > 0.05 nats and 50 %`: the default regression of `gpucompat diff`, in words."""
+    if metric.tolerance is None or metric.better is None:
+        return "—"
+    parts = [f"{metric.tolerance * 100:g} %"] if metric.tolerance else []
+    if metric.floor:
+        parts.insert(0, f"{metric.floor:g} {metric.unit}")
+    return "worse by > " + " and ".join(parts or ["0"])
+
+
 def markdown_table() -> str:
     """The registry as the Markdown table in docs/ci.md."""
-    rows = ["| metric | better | unit | suite | what |", "|---|---|---|---|---|"]
+    rows = ["| metric | better | unit | suite | regression by default | what |", "|---|---|---|---|---|---|"]
     rows += [
-        f"| `{m.name}` | {m.better or '—'} | {m.unit} | {m.suite} | {m.summary} |" for m in METRICS.values()
+        f"| `{m.name}` | {m.better or '—'} | {m.unit} | {m.suite} | {gate_text(m)} | {m.summary} |"
+        for m in METRICS.values()
     ]
     return "\n".join(rows) + "\n"

@@ -32,7 +32,7 @@ from . import Unsupported, canonical_name
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import child_main
 from .failures import engine_failed, exit_status, failure_text, last_error, log_tail
-from .processes import ProcessGroup, kill_groups, new_log, open_log, process_group
+from .processes import ProcessGroup, kill_groups, log_note, new_log, open_log, process_group
 
 __all__ = ["IsolatedEngine", "Progress", "failure_text", "run_in_child"]
 
@@ -222,7 +222,7 @@ class IsolatedEngine:
     def _heartbeat(self, doing: str, elapsed: float, timeout_s: float) -> None:
         if self.progress is not None:
             with contextlib.suppress(Exception):
-                self.progress(f"still {doing} ({elapsed:.0f} s of {timeout_s:g} s), log: {self.log_path}")
+                self.progress(f"still {doing} ({elapsed:.0f} s of {timeout_s:g} s){log_note(self.log_path)}")
 
     def _call(self, op: str, payload: Any, timeout_s: float, label: str | None = None,
               doing: str | None = None) -> Any:
@@ -315,7 +315,7 @@ def run_in_child(
     runner = IsolatedEngine(f"{__name__}:_no_engine", log_path=log_path if log_path is not None else new_log(label),
                             env=env, call_timeout_s=timeout_s, progress=progress, heartbeat_s=heartbeat_s)
     if progress is not None:
-        progress(f"running {label}() in a child process (timeout {timeout_s:g} s), log: {runner.log_path}")
+        progress(f"running {label}() in a child process (timeout {timeout_s:g} s){log_note(runner.log_path)}")
     runner._spawn(runner._env)
     try:
         return runner._call("call", (fn, args, kwargs), timeout_s, label=label, doing=f"running {label}()")

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from . import create, exception_line, missing_module, runs_in_process
 from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .isolation import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, HEARTBEAT_S, IsolatedEngine, Progress
-from .processes import state_dir
+from .processes import log_note, state_dir
 from .registry import quiet_start
 
 
@@ -147,7 +147,7 @@ class EnginePool:
                 progress=self.progress,
                 heartbeat_s=self.heartbeat_s,
             )
-            where = f"(timeout {engine.start_timeout_s:g} s), log: {engine.log_path}"
+            where = f"(timeout {engine.start_timeout_s:g} s){log_note(engine.log_path)}"
         else:
             try:
                 engine = _InProcess(create(spec.engine))

@@ -43,6 +43,15 @@ def state_dir() -> Path:
     return _check_private(_STATE["dir"])
 
 
+def log_note(path: str | os.PathLike[str] | None) -> str:
+    """`, log: PATH` for a progress line, only for a log that outlives the run (under --gpucompat-log-dir): one in
+    the private directory may be removed at exit, and a path that is gone by the time a reader looks misleads."""
+    if path is None or _STATE["dir"] is None:
+        return f", log: {path}" if path is not None else ""
+    private = Path(_STATE["dir"])
+    return "" if private in Path(path).parents else f", log: {path}"
+
+
 def keep_log(path: str | os.PathLike[str] | None) -> None:
     """Keep this log (and the logs named after it, e.g. a server's) when the private directory is removed."""
     if path is not None:

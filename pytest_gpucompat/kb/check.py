@@ -50,7 +50,7 @@ def verdict(findings: Sequence[Finding]) -> str:
 
 
 def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | None = None,
-                    severity: str | None = None) -> str:
+                    severity: str | None = None, why_hidden: str | None = None) -> str:
     """The readable answer, no line wider than `width` (default: the terminal's, textfit.terminal_width).
 
     ``severity`` (``--severity``) lists only findings that severe or worse; the verdict line still counts every
@@ -87,7 +87,7 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | N
     hidden = _hidden(findings, shown)
     if hidden:
         lines.append("")
-        lines.append(f"not shown (--severity {severity}): {hidden}")
+        lines.append(f"not shown ({why_hidden or f'--severity {severity}'}): {hidden}")
     lines.append("")
     lines.append(verdict_line(findings))
     return fit("\n".join(lines), width, hanging="    ")
@@ -101,6 +101,21 @@ def verdict_line(findings: Sequence[Finding]) -> str:
     claims = sum(1 for f in findings if f.unconfirmed)
     return (f"verdict: {verdict(findings)} ({_count(advice, 'recommendation')}, "
             f"{_count(claims, 'unconfirmed claim')})")
+
+
+FLEET_FOLD = "degraded"
+"""A fleet's listing shows broken and degraded findings; its advice and unconfirmed claims are counted per runner
+(the same for every runner of one GPU model, they would bury the problems), unless `--severity advice`."""
+
+
+def format_fleet(fleet: Sequence[tuple[Fingerprint, Sequence[Finding]]], width: int | None = None,
+                 severity: str | None = None) -> str:
+    """A fleet's answer: each runner's findings (folded: FLEET_FOLD), then one verdict line per runner."""
+    shown = severity or FLEET_FOLD
+    why = None if severity else "a fleet lists broken and degraded findings; --severity advice lists all"
+    parts = [format_findings(fp, found, width, shown, why) for fp, found in fleet]
+    parts.append(f"fleet of {len(fleet)} runners:\n" + format_quiet(fleet, width))
+    return "\n\n".join(parts)
 
 
 def format_quiet(fleet: Sequence[tuple[Fingerprint, Sequence[Finding]]], width: int | None = None) -> str:

@@ -132,17 +132,26 @@ def cmd_diff(
     current: str | os.PathLike[str],
     fail_on: Sequence[str] | None = None,
     allow_missing: bool = False,
+    markdown: str | os.PathLike[str] | None = None,
+    as_json: bool = False,
 ) -> int:
-    """Compare current with baseline: exit 1 on a regression (lost coverage included unless `allow_missing`; a
-    figure changed beyond the runs' noise when `fail_on` has `changed`), 0 when none, 2 on bad input.
+    """Compare current with baseline: exit 1 on a regression (lost coverage included unless `allow_missing`; a key
+    figure worse beyond its default tolerance unless `fail_on` relaxes it or says `no-defaults`; a figure changed
+    beyond the runs' noise when `fail_on` has `changed`), 0 when none, 2 on bad input.
 
+    The text goes to stdout (`as_json`: only JSON), the Markdown to `markdown` and appended to $GITHUB_STEP_SUMMARY
+    when set; under GitHub Actions each regression is also an `::error` annotation (on stderr with `as_json`).
     A missing baseline is bad input too (a gate with nothing to compare must not pass), with the first run's way
     out in the message; so is a threshold on a metric neither report nor the registry knows.
     """
+    import json
+
     from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
-    from .io import load_report
+    from .diff_markdown import diff_json, github_annotations, render_diff_markdown
+    from .io import load_report, write_text_atomic
+    from .markdown import write_step_summary
     from .model import ReportError
-    from .thresholds import parse_fail_on
+    from .thresholds import parse_fail_on, uses_defaults
 
     try:
         thresholds, changed = parse_fail_on(fail_on or ())
@@ -156,8 +165,23 @@ def cmd_diff(
         check_thresholds(thresholds, old, new)
     except (ReportError, ValueError) as exc:
         return _error("diff", str(exc))
-    result = diff_reports(old, new, thresholds, allow_missing=allow_missing, fail_on_changed=changed)
-    sys.stdout.write(format_diff(result))
+    result = diff_reports(old, new, thresholds, allow_missing=allow_missing, fail_on_changed=changed,
+                          default_gate=uses_defaults(fail_on or ()),
+                          sources=(os.fspath(baseline), os.fspath(current)))
+    md = render_diff_markdown(result) if markdown or os.environ.get("GITHUB_STEP_SUMMARY") else ""
+    option = "--markdown"
+    try:
+        if markdown:
+            write_text_atomic(markdown, md)
+        option = "$GITHUB_STEP_SUMMARY"
+        write_step_summary(md)
+    except OSError as exc:
+        return _cannot_write("diff", option, exc)
+    sys.stdout.write(json.dumps(diff_json(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n" if as_json
+                     else format_diff(result))
+    if os.environ.get("GITHUB_ACTIONS") == "true" and result.regressed:
+        stream = sys.stderr if as_json else sys.stdout
+        stream.write("".join(line + "\n" for line in github_annotations(result)))
     return EXIT_REGRESSED if result.regressed else EXIT_OK
 
 
@@ -252,7 +276,8 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def _run_diff(args: argparse.Namespace) -> int:
-    return cmd_diff(args.baseline, args.current, args.compare_fail or [], allow_missing=args.allow_missing)
+    return cmd_diff(args.baseline, args.current, args.compare_fail or [], allow_missing=args.allow_missing,
+                    markdown=args.markdown, as_json=args.json)
 
 
 def _run_explain(args: argparse.Namespace) -> int:
@@ -290,14 +315,20 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
     p = subparsers.add_parser(
         "diff",
         help="compare a report with a baseline (CI gate)",
-        description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails, "
-        "a new broken finding, a metric worse than a --compare-fail threshold, also spelled --fail-on, or with "
-        "--fail-on changed any figure changed beyond the runs' noise), 0 otherwise, 2 on bad input (a missing "
-        "baseline, an unknown metric). Always prints the compare table of the figures both reports recorded.",
+        description="Compare CURRENT with BASELINE. Exit 1 on a regression (a cell that passed and now fails or "
+        "is xfailed, a new broken finding, a failing cell of a runner the baseline has not, a key figure worse "
+        "beyond the runs' noise and its default tolerance (docs/ci.md) or a --compare-fail threshold, also spelled "
+        "--fail-on, or with --fail-on changed any figure changed beyond the runs' noise), 0 otherwise, 2 on bad "
+        "input (a missing baseline, an unknown metric). Prints what differed between the runs and the compare "
+        "table; appends its Markdown to $GITHUB_STEP_SUMMARY when set, and under GitHub Actions annotates each "
+        "regression.",
     )
     p.add_argument("baseline", help="baseline report JSON")
     p.add_argument("current", help="current report JSON")
     add_options(p.add_argument, "", CLI["diff"], cli=True)
+    p.add_argument("--markdown", metavar="FILE", help="also write the diff as Markdown (headline, regressions first) "
+                   "here, for a CI system's job summary")
+    p.add_argument("--json", action="store_true", help="print JSON only, with full node ids")
     p.set_defaults(func=_run_diff)
 
     p = subparsers.add_parser(

@@ -9,10 +9,20 @@ How cells are matched (the key), so that a PR runner can be compared with last n
   > not-covered) with the union of rules and findings and no metrics (figures from different GPUs do not
   compare).
 
+When one side has a single runner restricted to, the other side's other runners are still judged: a cell of a runner
+only the current report has that fails is a regression, and its broken findings are new (a runner added whose every
+cell failed must not pass the gate).
+
 A metric change beyond a threshold is a regression only when it is also beyond the noise the two runs measured:
 a figure measured over rounds carries its relative spread (`tokens_per_s_spread`, see
 `pytest_gpucompat.common.metrics`), and a change no larger than the larger of the two runs' spreads is listed as
-"within noise" instead.
+"within noise" instead. The thresholds are the `--fail-on` ones and, for every other metric the registry gives a
+default tolerance (`Metric.tolerance`: tokens/s 10 % lower, drift, TTFT and leak higher), that default: a key
+figure worse beyond the noise and the tolerance is a regression unless `--fail-on` relaxes it or `no-defaults`.
+
+An outcome that moved is never silent: good (or not run) -> failed/error is a regression, passed/xpassed -> xfailed
+too (the cell is now expected to fail: a rule or a marker hides what used to work), failed -> passed an improvement,
+and any other move is listed as a changed outcome.
 
 Pure functions: nothing here reads files or clocks.
 """
@@ -20,23 +30,26 @@ Pure functions: nothing here reads files or clocks.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..checks import outputs
 from ..common.metrics import spread_name
 from . import cross
+from .cellnames import CellName, cell_names
 from .compare import CompareRow, cell_rows
 from .diff_text import format_diff
+from .envdiff import EnvChange, RunSide, environment_changes, run_side
 from .model import CellRecord, FindingRecord, Report
-from .thresholds import Threshold, check_thresholds, known_metrics, parse_threshold
+from .thresholds import Threshold, check_thresholds, default_thresholds, known_metrics, parse_threshold
 
 __all__ = ["DiffResult", "Threshold", "check_thresholds", "diff_reports", "format_diff", "known_metrics",
            "missing_baseline_note", "parse_threshold", "stale_rules"]
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})
 BAD = frozenset({"failed", "error"})
+WORKED = frozenset({"passed", "xpassed"})
 _SERIOUSNESS = ("not-covered", "skipped", "passed", "xpassed", "xfailed", "failed", "error")
 
 def missing_baseline_note(baseline: str, report: str | None) -> str:
@@ -108,6 +121,24 @@ class DiffResult:
     """The compare table: every figure both reports recorded per cell, with its noise band and verdict."""
     fail_on_changed: bool = False
     """`--fail-on changed`: a figure that moved beyond its noise band is a regression."""
+    outcome_changes: tuple[Change, ...] = ()
+    """Outcomes that moved and are neither a regression nor an improvement (failed -> error, xfailed -> passed)."""
+    names: Mapping[str, CellName] = field(default_factory=dict)
+    """Each key's short name (report/cellnames.py) among both reports' cells of its test."""
+    runs: tuple[RunSide, RunSide] | None = None
+    """The baseline and the current report, as the header names them."""
+    environment: tuple[EnvChange, ...] = ()
+    """What differed between the runs besides their cells (report/envdiff.py)."""
+
+    def name(self, key: str) -> str:
+        """A key's name with its file, unique across the diff (the key itself where none was made)."""
+        known = self.names.get(key)
+        return known.full if known is not None else key
+
+    @property
+    def worse(self) -> tuple[CompareRow, ...]:
+        """The figures worse beyond their noise band (the regressed ones among them)."""
+        return tuple(row for row in self.rows if row.worse)
 
     @property
     def changed(self) -> tuple[CompareRow, ...]:
@@ -132,6 +163,7 @@ class DiffResult:
             or self.lost
             or self.incomplete
             or self.changed
+            or self.outcome_changes
         )
 
 
@@ -251,6 +283,13 @@ def _within(noise: float, before: float, after: float) -> bool:
     return delta <= noise * abs(before) if before else delta == 0
 
 
+def _change_text(threshold: Threshold, before: float, after: float) -> str:
+    """`-33.5%` (relative), or the absolute change where the baseline is 0 or within the threshold's floor of 0."""
+    if threshold.relative and before and abs(before) >= threshold.floor:
+        return f"{threshold.change(before, after):+.1f}%"
+    return f"{after - before:+.4g}"
+
+
 def _metric_changes(
     key: str, before: CellRecord, after: CellRecord, thresholds: Sequence[Threshold]
 ) -> tuple[list[Change], list[Change], list[Change]]:
@@ -266,8 +305,7 @@ def _metric_changes(
         verdict = threshold.judge(old, new)
         if verdict is None:
             continue
-        change = threshold.change(old, new)
-        shown = f"{change:+.1f}%" if threshold.relative else f"{change:+.6g}"
+        shown = _change_text(threshold, old, new)
         noise = _noise(threshold.metric, before, after)
         within = noise is not None and _within(noise, old, new)
         noted = f", within the runs' noise ±{noise * 100:.1f}%" if within and noise is not None else ""
@@ -279,7 +317,7 @@ def _metric_changes(
             metric=threshold.metric,
             before=_num(old),
             after=_num(new),
-            detail=f"{shown}, threshold {threshold}{noted}",
+            detail=f"{shown}, {'worse' if verdict == 'regression' else 'better'}: threshold {threshold}{noted}",
         )
         if within:
             noisy.append(item)
@@ -308,19 +346,23 @@ def cannot_run_here(cell: CellRecord) -> bool:
 
 
 def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Threshold] = (),
-                 allow_missing: bool = False, fail_on_changed: bool = False) -> DiffResult:
+                 allow_missing: bool = False, fail_on_changed: bool = False, default_gate: bool = True,
+                 sources: tuple[str | None, str | None] = (None, None)) -> DiffResult:
     """Regressions, improvements, new broken findings, newly stale rules, new and missing cells, lost coverage.
 
-    A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, a new cell that
-    fails or errors (a failing cell renamed is not a clean run), a figure worse beyond one of `thresholds` and
-    beyond the runs' noise (module doc), or (in `new_broken`) a finding of severity broken the baseline's cell did
-    not have, unless the cell cannot run on this runner (`cannot_run_here`). Lost coverage (`lost`) is a regression
-    unless `allow_missing`: a gate must not pass because the cells that could fail did not run. A current report
-    that was interrupted or has no cell is a regression too.
+    A regression is a cell that passed, xpassed or xfailed in the baseline and fails or errors now, one that passed
+    or xpassed and is xfailed now, a new cell that fails or errors (a failing cell renamed is not a clean run), a
+    figure worse beyond one of `thresholds` (and, with `default_gate`, the registry's default tolerances of the
+    metrics they do not name) and beyond the runs' noise (module doc), or (in `new_broken`) a finding of severity
+    broken the baseline's cell did not have, unless the cell cannot run on this runner (`cannot_run_here`). Lost
+    coverage (`lost`) is a regression unless `allow_missing`: a gate must not pass because the cells that could
+    fail did not run. A current report that was interrupted or has no cell is a regression too.
     Stale rules are listed when the current report has them and the baseline did not. `rows` is the compare table
     (report/compare.py); with `fail_on_changed` a figure that moved beyond its noise band is a regression too.
+    `sources` name the two reports in the header (`runs`).
     """
-    limits = tuple(thresholds)
+    explicit = tuple(thresholds)
+    limits = explicit + tuple(default_thresholds(explicit) if default_gate else ())
     by_runner, only_base, only_cur, matching = _keying(baseline, current)
     base = _index(baseline, by_runner, only_base)
     cur = _index(current, by_runner, only_cur)
@@ -328,12 +370,13 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
     regressions: list[Change] = []
     improvements: list[Change] = []
     within_noise: list[Change] = []
+    outcome_changes: list[Change] = []
     new_broken: list[NewFinding] = []
     rows: list[CompareRow] = []
     base_broken_ids = {f.id for c in base.values() for f in c.findings if f.severity == "broken"}
 
     lost: list[Change] = []
-    gated = {t.metric for t in limits}
+    gated = {t.metric for t in explicit}
     before: CellRecord | None  # the baseline's cell of a key; None: the cell is new
     for key, before in base.items():
         after = cur.get(key)
@@ -344,7 +387,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
                                detail="the cell is not in this run"))
         elif not after.ran:
             lost.append(Change(key, after.nodeid, after.runner, "coverage", before.outcome, after.outcome,
-                               detail=" ".join((after.reason or "").split())[:200]))
+                               detail=_reason(after, 200)))
         elif after.outcome in GOOD:
             for metric in sorted(gated):
                 if before.metrics.get(metric) is not None and after.metrics.get(metric) is None:
@@ -354,46 +397,38 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
     for key, after in cur.items():
         before = base.get(key)
         known = {f.id for f in before.findings} if before is not None else base_broken_ids
-        for finding in () if cannot_run_here(after) else after.findings:
-            if finding.severity == "broken" and not finding.unconfirmed and finding.id not in known:
-                new_broken.append(
-                    NewFinding(
-                        key=key,
-                        nodeid=after.nodeid,
-                        runner=after.runner,
-                        finding_id=finding.id,
-                        summary=finding.summary,
-                        confidence=finding.confidence,
-                    )
-                )
+        new_broken.extend(_new_broken(key, after, known))
         if before is None:
             if after.outcome in BAD:  # no baseline to say it was fine: a failing cell is a failing cell
                 regressions.append(Change(key, after.nodeid, after.runner, "outcome", "absent", after.outcome,
-                                          detail=" ".join((after.reason or "").split())[:300]))
+                                          detail=_reason(after, 300)))
             continue
-        if before.outcome in GOOD and after.outcome in BAD:
-            regressions.append(
-                Change(
-                    key,
-                    after.nodeid,
-                    after.runner,
-                    "outcome",
-                    before.outcome,
-                    after.outcome,
-                    detail=" ".join((after.reason or "").split())[:300],
-                )
-            )
-        elif before.outcome in BAD and after.outcome in {"passed", "xpassed"}:
-            improvements.append(Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome))
+        moved = _outcome_change(key, before, after)
+        if moved is not None:
+            verdict, change = moved
+            {"regression": regressions, "improvement": improvements, "changed": outcome_changes}[verdict].append(
+                change)
         before, after = _with_output_drift(before, after)
         worse, better, noisy = _metric_changes(key, before, after, limits)
         regressions.extend(worse)
         improvements.extend(better)
         within_noise.extend(noisy)
-        decided = {c.metric: v for v, found in (("regressed", worse), ("improved", better), ("within noise", noisy))
+        decided = {c.metric: v for v, found in (("regressed", worse), ("better", better), ("within noise", noisy))
                    for c in found if c.metric}
         rows.extend(cell_rows(key, before, after, decided))
 
+    # the runners of the current report that a restriction to one runner left out (module doc): judged on their own
+    extra_cells = [c for c in current.cells if only_cur is not None and c.runner != only_cur]
+    for after in extra_cells:
+        key = f"{after.runner}: {after.nodeid}"
+        new_broken.extend(_new_broken(key, after, base_broken_ids))
+        if after.outcome in BAD:
+            regressions.append(Change(key, after.nodeid, after.runner, "outcome", "absent (a runner the baseline "
+                                      "has not)", after.outcome, detail=_reason(after, 300)))
+
+    named = {**base, **cur}
+    names = cell_names(named, by_runner)
+    names.update(cell_names({f"{c.runner}: {c.nodeid}": c for c in extra_cells}, by_runner=True))
     old_stale = {s.rule_id for s in stale_rules(baseline)}
     return DiffResult(
         matching=matching,
@@ -402,7 +437,7 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         within_noise=tuple(within_noise),
         new_broken=tuple(new_broken),
         stale_rules=tuple(s for s in stale_rules(current) if s.rule_id not in old_stale),
-        new_cells=tuple(k for k in cur if k not in base),
+        new_cells=tuple(k for k in cur if k not in base) + tuple(f"{c.runner}: {c.nodeid}" for c in extra_cells),
         missing_cells=tuple(k for k in base if k not in cur),
         compared=sum(1 for k in cur if k in base),
         lost=tuple(lost),
@@ -410,7 +445,41 @@ def diff_reports(baseline: Report, current: Report, thresholds: Iterable[Thresho
         allow_missing=allow_missing,
         rows=tuple(rows),
         fail_on_changed=fail_on_changed,
+        outcome_changes=tuple(outcome_changes),
+        names=names,
+        runs=(run_side(baseline, sources[0]), run_side(current, sources[1])),
+        environment=environment_changes(baseline, current),
     )
+
+
+def _reason(cell: CellRecord, limit: int) -> str:
+    return " ".join((cell.reason or "").split())[:limit]
+
+
+def _new_broken(key: str, after: CellRecord, known: set[str]) -> list[NewFinding]:
+    """The findings of severity broken on `after` that are not `known`, unless the cell cannot run here."""
+    if cannot_run_here(after):
+        return []
+    return [NewFinding(key=key, nodeid=after.nodeid, runner=after.runner, finding_id=f.id, summary=f.summary,
+                       confidence=f.confidence)
+            for f in after.findings if f.severity == "broken" and not f.unconfirmed and f.id not in known]
+
+
+def _outcome_change(key: str, before: CellRecord, after: CellRecord) -> tuple[str, Change] | None:
+    """(regression | improvement | changed, the change) for an outcome that moved between two ran cells (module
+    doc); None when it did not move, or when the current cell did not run (lost coverage says so)."""
+    if before.outcome == after.outcome or not after.ran:
+        return None
+    change = Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome)
+    if (before.outcome in GOOD or not before.ran) and after.outcome in BAD:
+        return "regression", replace(change, detail=_reason(after, 300))
+    if before.outcome in WORKED and after.outcome == "xfailed":
+        return "regression", replace(change, detail="now expected to fail: " + (_reason(after, 280) or "xfailed"))
+    if before.outcome in BAD and after.outcome in WORKED:
+        return "improvement", change
+    if not before.ran:
+        return None  # a skipped cell that runs now: not lost, not moved
+    return "changed", replace(change, detail=_reason(after, 300))
 
 
 def _incomplete(current: Report) -> str | None:

@@ -190,6 +190,9 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
     if duration:
         title += f" ({duration})"
     ran_on = host if host and cell.ran else None
+    # why a cell did not run, as text (a title shows only on hover, and not at all on a phone): the rule id already
+    # says it for a known-bad skip, the word for one that needs more GPUs
+    why = cell.reason if not cell.ran and state not in RULE_SKIPS and state != "needs-gpus" else None
     return (
         f'<td class="cell o-{cell.outcome}" data-cell="{index}" data-outcome="{e(cell.outcome)}" '
         f'data-state="{state}" tabindex="0" role="button" aria-label="{e(title)}" title="{e(title)}">'
@@ -197,6 +200,7 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
         + (f'<span class="rule-id">{abbreviated(rule, 26)}</span>' if rule else "")
         + _figures_html(cell)
         + (f'<span class="ranon">ran on {abbreviated(ran_on, 22)}</span>' if ran_on else "")
+        + (f'<span class="why">{abbreviated(one_line(why, 400), 90)}</span>' if why else "")
         + "</td>"
     )
 
@@ -390,14 +394,31 @@ def _embedded(cell: CellRecord) -> dict[str, Any]:
 
 
 def _deviations_section(report: Report) -> str:
+    """The deviations as a small table: per engine and set of deviations (deviation_groups), one row per setting
+    with its value, who set it, the engine's own default and why."""
     groups = deviation_groups(report.cells)
     if not groups:
         return ""
-    items = "".join(f"<li><code>{e(engine or 'engine')}</code>, {count} cell(s) ran: {e(text)}</li>"
-                    for engine, text, count in groups)
+    example: dict[tuple[str, str], CellRecord] = {}
+    for cell in report.cells:
+        if cell.deviations and cell.ran:
+            example.setdefault((cell.engine or "", cell.deviations_text()), cell)
+    rows = []
+    for engine, text, count in groups:
+        settings = example[(engine, text)].deviations
+        for i, d in enumerate(settings):
+            first = (f'<td rowspan="{len(settings)}"><code>{e(engine or "engine")}</code></td>'
+                     f'<td rowspan="{len(settings)}">{count}</td>') if i == 0 else ""
+            default = repr(d["engine_default"]) if "engine_default" in d else "—"
+            rows.append(f"<tr>{first}<td><code>{e(str(d.get('name')))}</code></td><td><code>"
+                        f"{e(repr(d.get('value')))}</code></td><td>{e(str(d.get('by')))}</td><td><code>{e(default)}"
+                        f"</code></td><td>{e(one_line(str(d.get('why') or ''), 300))}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("engine", "cells", "setting", "value", "set by", "engine default",
+                                                 "why"))
     return (f'<section id="deviations"><h2>Settings that differ from the engines\' defaults '
             f'<span class="muted">({len(groups)})</span></h2><p class="muted">{e(DEVIATIONS_SUMMARY)}</p>'
-            f"<ul>{items}</ul></section>")
+            f'<div class="scroll"><table class="grid"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            "</tbody></table></div></section>")
 
 
 def _stale_section(report: Report) -> str:

@@ -28,10 +28,17 @@ class Threshold:
     amount: float
     relative: bool
     expr: str
+    floor: float = 0.0
+    """An absolute change no larger than this is no regression whatever its percentage (the registry's floor)."""
+    default: bool = False
+    """The registry's default tolerance (`Metric.tolerance`) rather than a `--fail-on` threshold."""
 
     def __str__(self) -> str:
         sign = "+" if self.direction > 0 else "-"
-        return f"{self.metric}:{sign}{self.amount:g}{'%' if self.relative else ''}"
+        text = f"{self.metric}:{sign}{self.amount:g}{'%' if self.relative else ''}"
+        if self.floor:
+            text += f" and {sign}{self.floor:g}"
+        return f"{text} (default)" if self.default else text
 
     def change(self, before: float, after: float) -> float:
         """Change in the threshold's unit (percent of |before| or absolute); inf when before is 0 and after not."""
@@ -45,6 +52,8 @@ class Threshold:
     def judge(self, before: float, after: float) -> Literal["regression", "improvement"] | None:
         """Worse beyond the threshold is a regression, better beyond it an improvement, anything else nothing."""
         moved = self.change(before, after) * self.direction
+        if abs(after - before) <= self.floor:
+            return None
         if moved > self.amount:
             return "regression"
         if moved < -self.amount:
@@ -72,16 +81,38 @@ def parse_threshold(expr: str) -> Threshold:
 
 CHANGED = "changed"
 """The `--fail-on` value that fails on any figure that moved beyond its noise band (report/compare.py)."""
+NO_DEFAULTS = "no-defaults"
+"""The `--fail-on` value that drops the registry's default tolerances: only outcomes and the thresholds given gate."""
+_WORDS = (CHANGED, NO_DEFAULTS)
 
 
 def parse_fail_on(exprs: Iterable[str]) -> tuple[list[Threshold], bool]:
-    """The `--fail-on` values: (the thresholds, whether `changed` was given); a bad one is a one-line ValueError."""
+    """The `--fail-on` values: (the thresholds, whether `changed` was given); a bad one is a one-line ValueError.
+    `no-defaults` is read by `uses_defaults`."""
     exprs = list(exprs)
     changed = any((e or "").strip() == CHANGED for e in exprs)
     try:
-        return [parse_threshold(e) for e in exprs if (e or "").strip() != CHANGED], changed
+        return [parse_threshold(e) for e in exprs if (e or "").strip() not in _WORDS], changed
     except ValueError as exc:
-        raise ValueError(f"{exc}, or {CHANGED} (fail on any figure changed beyond the runs' noise)") from None
+        raise ValueError(f"{exc}, or {CHANGED} (fail on any figure changed beyond the runs' noise), or "
+                         f"{NO_DEFAULTS} (no default tolerance)") from None
+
+
+def uses_defaults(exprs: Iterable[str]) -> bool:
+    """Whether the registry's default tolerances gate (no `--fail-on no-defaults`)."""
+    return not any((e or "").strip() == NO_DEFAULTS for e in exprs)
+
+
+def default_thresholds(explicit: Iterable[Threshold]) -> list[Threshold]:
+    """The registry's default tolerance of every metric that declares one (`Metric.tolerance`) and that no
+    `explicit` threshold names: a `--fail-on` threshold of a metric replaces its default, to relax or tighten it."""
+    named = {t.metric for t in explicit}
+    return [
+        Threshold(metric=m.name, direction=-1 if m.better == "higher" else 1, amount=m.tolerance * 100,
+                  relative=True, expr=f"default {m.name}", floor=m.floor, default=True)
+        for m in METRICS.values()
+        if m.tolerance is not None and m.better is not None and m.name not in named
+    ]
 
 
 def known_metrics(*reports: Report) -> set[str]:

@@ -63,6 +63,7 @@ class ReportCollector:
         self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self._final_written: bool | None = None  # whether the final write succeeded; None before it
+        self._first_checkpoint_tried = False  # the checkpoint written as the first test starts
         # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from
         self.cells: dict[str, dict[str, Any]] = {}
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
@@ -71,6 +72,7 @@ class ReportCollector:
         self._last_write = time.monotonic()
         self._write_s_per_cell = _WRITE_S_PER_CELL  # measured by each write
         self.diff_text: str | None = None
+        self.kept: str | None = None  # why the report file was left as it was (a run that executed no cell)
         self._cells_dir: str | None = None  # made for the first xdist worker
         self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
         self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
@@ -207,11 +209,14 @@ class ReportCollector:
             shutil.rmtree(self._cells_dir, ignore_errors=True)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """The first checkpoint, once collection has ended and before any test runs: a process ended later without
-        pytest's own ending (``os._exit`` by pytest-timeout's thread method, a SIGKILL, the OOM killer) leaves a
-        valid report marked interrupted, never none (the lock it leaves is taken over by the next run)."""
-        if self.path and not session.config.option.collectonly:
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        """The first checkpoint, as the first test starts (on the controller too: xdist's workers announce each
+        start): a process ended later without pytest's own ending (``os._exit`` by pytest-timeout's thread method,
+        a SIGKILL, the OOM killer) leaves a valid report marked interrupted, never none (the lock it leaves is
+        taken over by the next run). Not before: a run that starts no test (``--co``, ``-k`` matching nothing,
+        ``--lf`` with nothing to re-run) leaves an existing report as it was."""
+        if self.path and self._checkpoint is None and not self._first_checkpoint_tried:
+            self._first_checkpoint_tried = True
             self.write(partial=True)
 
     @pytest.hookimpl(tryfirst=True)
@@ -289,9 +294,18 @@ class ReportCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or received() is not None:
             self.interrupted = True
+        if not self.cells and self._checkpoint is None and self.path and os.path.isfile(self.path):
+            # `--co`, `--lf` with nothing to re-run, `-k` matching nothing: a run that executed no cell tells nothing
+            # about the stack, and must not replace the report of one that did
+            self.kept = f"no cell ran: the report {self.path} was left as it was"
+            self._judge_baseline(session)
+            return
         self._final_written = self.write(int(exitstatus))
         if not self._final_written and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
+        self._judge_baseline(session)
+
+    def _judge_baseline(self, session: pytest.Session) -> None:
         baseline = self.state.settings.baseline
         if baseline:
             status = self._compare(baseline)
@@ -321,7 +335,7 @@ class ReportCollector:
         from ..report.diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
         from ..report.io import load_report
         from ..report.model import ReportError
-        from ..report.thresholds import parse_fail_on
+        from ..report.thresholds import parse_fail_on, uses_defaults
 
         current = self.build()
         try:
@@ -335,7 +349,8 @@ class ReportCollector:
             self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
             return 0
         result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing,
-                              fail_on_changed=changed)
+                              fail_on_changed=changed, default_gate=uses_defaults(self.state.settings.compare_fail),
+                              sources=(baseline, self.path))
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 
@@ -349,6 +364,9 @@ class ReportCollector:
         from ..report.summary import summary_lines
 
         cells = list(self.cells.values())
+        if self.kept:
+            tr.section("gpucompat")
+            tr.write_line(visible(f"gpucompat: {self.kept}"))
         if not cells and not self.diff_text:
             return
         tr.section("gpucompat")

@@ -29,8 +29,25 @@ def packing(config: pytest.Config) -> bool:
     return workers_per_gpu(config) > 1 and bool(fpmod.collect().gpus)
 
 
-def auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per visible GPU, or ``--gpucompat-workers-per-gpu`` per GPU; one without GPUs."""
+def _user_decides_workers(config: pytest.Config) -> bool:
+    """Whether a plugin other than this one and pytest-xdist (a user's conftest.py) implements
+    ``pytest_xdist_auto_num_workers``: its answer is theirs to give, this plugin's is only the default."""
+    hook = getattr(config.hook, "pytest_xdist_auto_num_workers", None)
+    if hook is None:
+        return False
+    ours = __name__.rsplit(".", 2)[0] + "."
+    for impl in hook.get_hookimpls():
+        module = getattr(impl.plugin, "__name__", "") or ""
+        if not (module.startswith(ours) or module.split(".")[0] == "xdist"):
+            return True
+    return False
+
+
+def auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per visible GPU, or ``--gpucompat-workers-per-gpu`` per GPU; one without GPUs. None
+    where the user's own ``pytest_xdist_auto_num_workers`` answers (a conftest is never shadowed)."""
+    if _user_decides_workers(config):
+        return None
     gpus = len(fpmod.collect().gpus)
     return max(1, gpus * workers_per_gpu(config)) if gpus else 1
 
