@@ -7,11 +7,13 @@ Each test names the side it pins; a comparison moved by one (`<=` to `<`, 4 to 3
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
-from pytest_gpucompat.checks.leaks import leak_verdict
+from pytest_gpucompat.checks.leaks import CyclePolicy, leak_verdict, memory_verdict
 from pytest_gpucompat.checks.memory import MemorySample
+from pytest_gpucompat.common.versions import is_version, norm_value
 from pytest_gpucompat.kb import KnowledgeBase, matching_rules, parse_rule
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.report.diff import diff_reports, parse_threshold
@@ -125,3 +127,114 @@ def test_the_threshold_edge_is_not_a_regression() -> None:
     threshold = [parse_threshold("tokens_per_s:-10%")]
     assert not diff_reports(report({"tokens_per_s": 1000.0}), report({"tokens_per_s": 900.0}), threshold).regressed
     assert diff_reports(report({"tokens_per_s": 1000.0}), report({"tokens_per_s": 899.0}), threshold).regressed
+
+
+# --- the memory verdict's words and the cycle policy ----------------------------------------------------------------
+
+def series(**columns: Sequence[float | None]) -> list[MemorySample]:
+    n = len(next(iter(columns.values())))
+    return [MemorySample(cycle=i, **{k: v[i] for k, v in columns.items()}) for i in range(n)]
+
+
+def test_the_verdict_says_which_signal_fired_and_how() -> None:
+    leaking = memory_verdict(series(host_rss_mib=[500, 900, 900, 901, 902, 903, 904],
+                                    nvml_process_mib=[0, 700, 700, 700, 700, 700, 700]))
+    assert leaking.message("vllm") == (
+        "vllm leaks: host memory of the measuring process: leak: host_rss_mib: slope +0.86 MiB/cycle over 6 cycles "
+        "(threshold 0.25), 5/5 cycles did not shrink, +4.0 MiB in total")
+    clean = memory_verdict(series(host_rss_mib=[500, 900, 900, 900, 900, 900]))
+    assert clean.message("vllm") == (
+        "vllm: no leak (no leak: host_rss_mib: slope +0.00 MiB/cycle over 5 cycles (threshold 0.25), 4/4 cycles did "
+        "not shrink, +0.0 MiB in total)")
+    assert memory_verdict(series(host_rss_mib=[None] * 5)).message("hf") == "hf: no leak (no signal could be measured)"
+
+
+FOREIGN = ({"pid": 4321, "mib": 900.0, "owner": "other", "command": "python neighbour.py"},
+           {"pid": 77, "mib": 10.4, "owner": "before", "command": "Xorg"})
+
+
+def with_others(rows: list[MemorySample], others: tuple[dict[str, object], ...]) -> list[MemorySample]:
+    return [*rows[:-1], MemorySample(**{**rows[-1].as_dict(), "others": others})]
+
+
+@pytest.mark.parametrize(("columns", "note"), [
+    ({"nvml_device_used_mib": [600, 1400, 1500, 1600, 1700, 1800], "nvml_others_mib": [0, 100, 130, 160, 190, 220]},
+     "not the engine's: device +100.0 MiB/cycle; held by pid 4321 (python neighbour.py) 900 MiB, other, "
+     "pid 77 (Xorg) 10 MiB, before"),      # the larger of the two cross-checks
+    ({"nvml_others_mib": [0, 100, 130, 160, 190, 220]},
+     "not the engine's: device +30.0 MiB/cycle; held by pid 4321 (python neighbour.py) 900 MiB, other, "
+     "pid 77 (Xorg) 10 MiB, before"),      # the device figure missing: the others' own
+])
+def test_memory_of_other_processes_is_named_never_blamed(columns: dict[str, list[float]], note: str) -> None:
+    rows = with_others(series(nvml_process_mib=[0, 712, 712, 712, 712, 712], **columns), FOREIGN)
+    verdict = memory_verdict(rows)
+    assert not verdict.leaked and verdict.foreign_note() == note
+    assert memory_verdict(series(nvml_process_mib=[0, 712, 712, 712, 712, 712], **columns)).foreign_note() is None
+    no_cross_check = with_others(series(nvml_process_mib=[0, 712, 712, 712, 712, 712]), FOREIGN)
+    assert memory_verdict(no_cross_check).foreign_note() is None
+
+
+def test_samples_without_a_signal_are_judged_on_the_others() -> None:
+    """Samples are MemorySample-like: an object without a signal's attribute has not measured it."""
+    rows = [SimpleNamespace(cycle=i, host_rss_mib=v) for i, v in enumerate([500, 900, 900, 901, 902, 903, 904])]
+    verdict = memory_verdict(rows)
+    assert [v.metric for v in verdict.judged] == ["host_rss_mib"] and verdict.leaked
+
+
+def test_the_policy_judges_with_the_warm_up_it_is_given() -> None:
+    rows = series(host_rss_mib=[0, 10, 20, 30, 30, 30, 31, 32, 33])
+    policy = CyclePolicy()
+    assert not policy.more(rows, cycles_done=8, elapsed_s=1.0)  # a leak over every cycle after one warm-up
+    assert policy.more(rows, cycles_done=8, elapsed_s=1.0, warmup=2)  # after two: the latest cycles alone
+
+
+@pytest.mark.parametrize(("env", "policy"), [
+    ({"GPUCOMPAT_MEMORY_CYCLES": "3"}, CyclePolicy(3, 12, 300.0)),              # the smallest minimum
+    ({"GPUCOMPAT_MEMORY_CYCLES": ""}, CyclePolicy()),                           # empty: unset
+    ({"GPUCOMPAT_MEMORY_BUDGET_S": "0"}, CyclePolicy(5, 12, 0.0)),              # no budget: the minimum only
+    ({"GPUCOMPAT_MEMORY_BUDGET_S": "0.5"}, CyclePolicy(5, 12, 0.5)),
+    ({"GPUCOMPAT_MEMORY_CYCLES": "20", "GPUCOMPAT_MEMORY_BUDGET_S": "60"}, CyclePolicy(20, 20, 60.0)),
+    ({"GPUCOMPAT_MEMORY_CYCLES": "7", "GPUCOMPAT_MEMORY_MAX_CYCLES": "7"}, CyclePolicy(7, 7, 300.0)),
+])
+def test_policy_bounds_from_the_environment(env: dict[str, str], policy: CyclePolicy) -> None:
+    assert CyclePolicy.from_env(env) == policy
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"GPUCOMPAT_MEMORY_CYCLES": "2"}, "GPUCOMPAT_MEMORY_CYCLES='2': must be an integer >= 3"),
+    ({"GPUCOMPAT_MEMORY_MAX_CYCLES": "2"}, "GPUCOMPAT_MEMORY_MAX_CYCLES='2': must be an integer >= 3"),
+    ({"GPUCOMPAT_MEMORY_BUDGET_S": "-1"}, "GPUCOMPAT_MEMORY_BUDGET_S='-1': must be a finite number >= 0"),
+    ({"GPUCOMPAT_MEMORY_BUDGET_S": "inf"}, "GPUCOMPAT_MEMORY_BUDGET_S='inf': must be a finite number >= 0"),
+    ({"GPUCOMPAT_MEMORY_CYCLES": "5.0"}, "GPUCOMPAT_MEMORY_CYCLES='5.0': not a number"),
+])
+def test_policy_refuses_bad_bounds_with_one_line(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        CyclePolicy.from_env(env)
+    assert str(refused.value) == message
+
+
+def test_policy_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCOMPAT_MEMORY_CYCLES", "7")
+    assert CyclePolicy.from_env() == CyclePolicy(7, 12, 300.0)
+
+
+# --- versions and loose values --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("580.65.06", True), ("2.11.0+cu130", True), ("1.4.0rc1", True), ("N/A", False), ("", False), (None, False),
+    (["1.0"], False),  # not text at all: no version, no crash
+])
+def test_is_version(text: object, expected: bool) -> None:
+    assert is_version(text) is expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, "true"), (False, "false"), ("False", "false"), (" FP8 ", "fp8"), (16.0, "16"), (16.5, "16.5"),
+    ("16", "16"), (0, "0"), (None, None),
+])
+def test_loose_values(value: object, expected: object) -> None:
+    assert norm_value(value) == expected
+
+
+def test_a_false_setting_equals_its_spelling_in_a_rule() -> None:
+    assert norm_value(False) == norm_value("false") == norm_value("FALSE") != norm_value(True)
