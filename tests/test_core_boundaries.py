@@ -14,8 +14,17 @@ import pytest
 from pytest_gpucompat.checks.leaks import CyclePolicy, leak_verdict, memory_verdict
 from pytest_gpucompat.checks.memory import MemorySample
 from pytest_gpucompat.common.versions import is_version, norm_value
-from pytest_gpucompat.kb import KnowledgeBase, matching_rules, parse_rule
+from pytest_gpucompat.kb import (
+    WEIGHTS_PARAM,
+    KnowledgeBase,
+    Rule,
+    describe_runner,
+    evaluate_cell,
+    matching_rules,
+    parse_rule,
+)
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
+from pytest_gpucompat.machine.installs import EngineInstall
 from pytest_gpucompat.report.diff import diff_reports, parse_threshold
 from pytest_gpucompat.report.model import Report
 
@@ -238,3 +247,132 @@ def test_loose_values(value: object, expected: object) -> None:
 
 def test_a_false_setting_equals_its_spelling_in_a_rule() -> None:
     assert norm_value(False) == norm_value("false") == norm_value("FALSE") != norm_value(True)
+
+
+# --- a rule's needs, what a finding says about the runner, the fleet axes -------------------------------------------
+
+def rule_of(when: dict[str, object], engine: str | None = None) -> Rule:
+    raw: dict[str, object] = {"id": "r1", "summary": "s", "severity": "broken", "failure": "crash",
+                              "confidence": "upstream", "sources": [{"kind": "doc", "ref": "x"}], "when": when}
+    if engine:
+        raw["engine"] = engine
+    return parse_rule(raw, "t.yaml")
+
+
+def needs_match(when: dict[str, object], gpus: tuple[GPU, ...], params: dict[str, object]) -> bool:
+    kb = KnowledgeBase(rules=(rule_of(when),))
+    return [r.id for r in matching_rules(kb, Fingerprint(gpus=gpus), None, params)] == ["r1"]
+
+
+@pytest.mark.parametrize(("params", "gpus", "expected"), [
+    ({"tensor_parallel_size": 2}, (A100, A100), False),   # exactly enough GPUs
+    ({"tensor_parallel_size": 2}, (A100,), True),         # one short
+    ({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}, (A100, A100, A100), True),  # the product
+    ({"tensor_parallel_size": "2"}, (A100,), True),       # a count written as text
+    ({"tensor_parallel_size": 0}, (), False),             # not a count: not judged
+    ({"tensor_parallel_size": True}, (), False),
+    ({"tensor_parallel_size": "two"}, (), False),
+    ({"tensor_parallel_size": None}, (), True),           # absent or null counts as 1
+])
+def test_needs_gpus_edges(params: dict[str, object], gpus: tuple[GPU, ...], expected: bool) -> None:
+    assert needs_match({"needs": {"gpus": ["tensor_parallel_size", "pipeline_parallel_size"]}}, gpus,
+                       params) is expected
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({WEIGHTS_PARAM: 40960}, False),                            # exactly the GPU's memory
+    ({WEIGHTS_PARAM: 40961}, True),
+    ({WEIGHTS_PARAM: 81922, "tensor_parallel_size": 2}, True),  # split over the GPUs
+    ({WEIGHTS_PARAM: 81920, "tensor_parallel_size": 2}, False),
+    ({WEIGHTS_PARAM: 0}, False), ({WEIGHTS_PARAM: True}, False), ({WEIGHTS_PARAM: "90000"}, False), ({}, False),
+    ({WEIGHTS_PARAM: 90000, "tensor_parallel_size": 0}, False),
+])
+def test_needs_memory_edges(params: dict[str, object], expected: bool) -> None:
+    assert needs_match({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, (A100, H200), params) is expected
+
+
+def test_needs_memory_of_a_gpu_of_unknown_size_is_not_judged() -> None:
+    assert not needs_match({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, (UNSIZED,), {WEIGHTS_PARAM: 1e9})
+
+
+UNSIZED = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0")
+TP_PP = ["tensor_parallel_size", "pipeline_parallel_size"]
+
+
+@pytest.mark.parametrize(("when", "fp", "params", "said"), [
+    ({"needs": {"gpus": TP_PP}}, Fingerprint(gpus=(A100,)), {"tensor_parallel_size": 2, "pipeline_parallel_size": 2},
+     "needs 4 GPUs (tensor_parallel_size=2 × pipeline_parallel_size=2), 1 visible"),
+    ({"needs": {"gpus": TP_PP}}, Fingerprint(), {"tensor_parallel_size": 1},
+     "needs 1 GPU (tensor_parallel_size=1), 0 visible"),
+    ({"needs": {"gpus": ["tensor_parallel_size"]}}, Fingerprint(), {}, "needs 1 GPU, 0 visible"),
+    ({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, Fingerprint(gpus=(H200, A100)),
+     {"tensor_parallel_size": 2, WEIGHTS_PARAM: 100000},
+     "needs 50,000 MiB of weights per GPU (split by tensor_parallel_size=2), the smallest GPU has 40,960 MiB"),
+    ({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, Fingerprint(), {WEIGHTS_PARAM: 100000},
+     "needs 100,000 MiB of weights per GPU"),
+    ({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, Fingerprint(gpus=(A100,)), {}, ""),
+    ({"gpu_count": ">=2"}, Fingerprint(gpus=(A100,)), {}, "this runner: 1 GPU visible"),
+    ({"gpu_count": ">=2"}, Fingerprint(gpus=(A100, A100)), {}, "this runner: 2 GPUs visible"),
+    ({"gpu_count": ">=2"}, Fingerprint(), {}, "this runner: 0 GPUs visible"),
+    ({"gpu": ["*A100*"], "gpu_memory_mib": ">1"}, Fingerprint(gpus=(A100, A100, H200)), {},
+     "this runner: NVIDIA A100-SXM4-40GB (compute capability 8.0, 40960 MiB), "
+     "NVIDIA H200 (compute capability 9.0, 143771 MiB)"),
+    ({"arch": ["ampere"]}, Fingerprint(gpus=(A100, GPU(index=2, name="X"))), {},
+     "this runner: NVIDIA A100-SXM4-40GB (compute capability 8.0), X (compute capability ?)"),
+    ({"arch": ["ampere"]}, Fingerprint(), {}, "this runner: no GPU"),
+    ({"driver": "<580", "cuda_driver": ">=12", "cuda_runtime": "12.8", "interconnect": "pcie"},
+     Fingerprint(driver="550.54.15"), {},
+     "this runner: driver 550.54.15; CUDA driver unknown; CUDA runtime unknown; interconnect unknown"),
+    ({"driver": "<580", "cuda_driver": ">=12", "cuda_runtime": "12.8", "interconnect": "pcie"},
+     Fingerprint(cuda_driver="12.4", cuda_runtime="12.8", interconnect="nvlink"), {},
+     "this runner: driver unknown; CUDA driver 12.4; CUDA runtime 12.8; interconnect nvlink"),
+    ({"packages": {"vllm": ">=0.20", "flashinfer_python": "absent"}},
+     Fingerprint(packages={"vllm": "0.26.0", "TensorRT_LLM": "1.0"}), {},
+     "this runner: vllm 0.26.0; flashinfer-python not installed"),
+    ({"install": "incomplete"},
+     Fingerprint(installs={"vllm": EngineInstall("0.26.0", False, ("flashinfer-python==0.6.14 (not installed)", "x"))}),
+     {}, "this runner: vllm installed without flashinfer-python==0.6.14 (not installed), x"),
+    ({"install": "complete"}, Fingerprint(installs={"vllm": EngineInstall("0.26.0", True)}), {},
+     "this runner: vllm installed with every requirement it declares"),
+    ({"install": "complete"}, Fingerprint(), {}, ""),
+    ({"params": {"dtype": ["float16"]}}, Fingerprint(gpus=(A100,)), {"dtype": "float16"}, ""),
+    ({"needs": {"gpus": ["tensor_parallel_size"]}, "arch": ["ampere"]}, Fingerprint(gpus=(A100,)),
+     {"tensor_parallel_size": 2},
+     "needs 2 GPUs (tensor_parallel_size=2), 1 visible; this runner: NVIDIA A100-SXM4-40GB (compute capability 8.0)"),
+])
+def test_what_a_finding_says_about_the_runner(when: dict[str, object], fp: Fingerprint, params: dict[str, object],
+                                              said: str) -> None:
+    rule = rule_of(when, "vllm" if "install" in when else None)
+    assert describe_runner(rule, fp, params) == said
+
+
+FLEET_FP = Fingerprint(gpus=(A100, H200), driver="550.54.15", cuda_driver="12.4", packages={"vllm": "0.26.0"})
+
+
+@pytest.mark.parametrize(("axes", "not_covered"), [
+    ({"gpu": "*h200*"}, None),
+    ({"gpu": "*B200*"}, "gpu *B200* (this runner: NVIDIA A100-SXM4-40GB, NVIDIA H200)"),
+    ({"arch": "Hopper"}, None),
+    ({"arch": "blackwell"}, "arch blackwell (this runner: ampere, hopper)"),
+    ({"compute_capability": ">=9.0"}, None),
+    ({"compute_capability": ">=10.0"}, "compute capability >=10.0 (this runner: 8.0, 9.0)"),
+    ({"driver": ">=550.54.15"}, None),
+    ({"driver": ">550.54.15"}, "driver >550.54.15 (this runner: 550.54.15)"),
+    ({"cuda_runtime": ">=12"}, "cuda_runtime >=12 (this runner: none)"),
+    ({"vllm": "==0.26.*"}, None),
+    ({"vllm": "<0.26"}, "vllm <0.26 (this runner: 0.26.0)"),
+    ({"sglang": ">=0.5"}, "sglang >=0.5 (this runner: not installed)"),
+    ({"TensorRT_LLM": ">=1"}, "tensorrt-llm >=1 (this runner: not installed)"),
+    ({"vllm": ">=0.26", "gpu": "*B200*"}, "gpu *B200* (this runner: NVIDIA A100-SXM4-40GB, NVIDIA H200)"),
+])
+def test_fleet_axes_say_what_this_runner_has(axes: dict[str, str], not_covered: str | None) -> None:
+    verdict = evaluate_cell(KnowledgeBase(rules=()), FLEET_FP, "vllm", {}, axes=axes)
+    assert verdict.not_covered == not_covered
+    assert (verdict.decision is None) is (not_covered is not None)
+
+
+def test_fleet_axes_on_a_runner_without_gpus() -> None:
+    kb = KnowledgeBase(rules=())
+    assert evaluate_cell(kb, Fingerprint(), "vllm", {}, axes={"gpu": "*"}).not_covered == "gpu * (this runner: no GPU)"
+    assert evaluate_cell(kb, Fingerprint(), "vllm", {}, axes={"compute_capability": ">=1"}).not_covered == (
+        "compute capability >=1 (this runner: none)")
