@@ -376,3 +376,71 @@ def test_fleet_axes_on_a_runner_without_gpus() -> None:
     assert evaluate_cell(kb, Fingerprint(), "vllm", {}, axes={"gpu": "*"}).not_covered == "gpu * (this runner: no GPU)"
     assert evaluate_cell(kb, Fingerprint(), "vllm", {}, axes={"compute_capability": ">=1"}).not_covered == (
         "compute capability >=1 (this runner: none)")
+
+
+# --- the trend itself: most cycles grow, the growth spread over them, above the threshold ---------------------------
+
+def host(values: Sequence[float]) -> list[MemorySample]:
+    return [MemorySample(cycle=i, host_rss_mib=v) for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(("values", "leaked", "detail"), [
+    # 4 of 7 cycles grew (0.57 < 0.6): a zigzag, not a trend
+    ([0, 100, 103, 102, 105, 104, 107, 106, 109], False,
+     "no steady growth (jumps, not a trend): host_rss_mib: slope +1.10 MiB/cycle over 8 cycles (threshold 0.25), "
+     "4/7 cycles did not shrink, +9.0 MiB in total"),
+    # exactly 3 of 5 (0.6): enough
+    ([0, 100, 103, 106, 105, 104, 107], True,
+     "leak: host_rss_mib: slope +1.06 MiB/cycle over 6 cycles (threshold 0.25), 3/5 cycles did not shrink, "
+     "+7.0 MiB in total"),
+    # a cycle that shrank by exactly the threshold did not shrink
+    ([0, 100, 101, 102, 101.75, 101.5, 102.5], True,
+     "leak: host_rss_mib: slope +0.39 MiB/cycle over 6 cycles (threshold 0.25), 5/5 cycles did not shrink, "
+     "+2.5 MiB in total"),
+    # less than 1 MiB in all, but 0.3 MiB every cycle
+    ([0, 100, 100.3, 100.6, 100.9], True,
+     "leak: host_rss_mib: slope +0.30 MiB/cycle over 4 cycles (threshold 0.25), 3/3 cycles did not shrink, "
+     "+0.9 MiB in total"),
+])
+def test_a_trend_is_most_cycles_growing(values: list[float], leaked: bool, detail: str) -> None:
+    verdict = leak_verdict(host(values), "host_rss_mib")
+    assert verdict.leaked is leaked and verdict.message == detail
+
+
+def test_samples_of_one_cycle_have_no_slope() -> None:
+    verdict = leak_verdict([MemorySample(cycle=3, host_rss_mib=v) for v in (0, 10, 20, 30)], "host_rss_mib")
+    assert not verdict.leaked and verdict.slope_mib_per_cycle == 0.0
+
+
+def test_a_threshold_of_the_callers_own() -> None:
+    rows = host([0, 10, 12, 14, 16, 18])
+    assert leak_verdict(rows, "host_rss_mib").leaked
+    assert not leak_verdict(rows, "host_rss_mib", threshold_mib_per_cycle=5).leaked
+
+
+def test_an_unknown_metric_is_named_with_the_known_ones() -> None:
+    with pytest.raises(ValueError) as refused:
+        leak_verdict(host([1, 2, 3]), "gpu_mib")
+    assert str(refused.value) == (
+        "unknown memory metric 'gpu_mib'; known: host_rss_mib, torch_allocated_mib, torch_reserved_mib, "
+        "nvml_process_mib, nvml_device_used_mib, nvml_others_mib, started_processes, started_rss_mib")
+
+
+def test_a_sample_without_the_metric_is_not_usable() -> None:
+    rows = [SimpleNamespace(cycle=i, host_rss_mib=v) for i, v in enumerate([0, 10, 12, 14])]
+    verdict = leak_verdict(rows, "torch_allocated_mib")
+    assert not verdict.leaked and verdict.cycles == 0
+
+
+def test_the_warm_up_reaches_every_signal_and_cross_check() -> None:
+    rows = [MemorySample(cycle=i, host_rss_mib=v, nvml_device_used_mib=v)
+            for i, v in enumerate([0, 30, 10, 12, 14, 16])]
+    one, two = memory_verdict(rows), memory_verdict(rows, warmup=2)
+    assert [v.latest_only for v in one.judged + one.cross_checks] == [True, True]  # 30 -> 10 is in the window
+    assert [v.latest_only for v in two.judged + two.cross_checks] == [False, False]  # after it: every cycle grew
+
+
+def test_no_samples_at_all() -> None:
+    verdict = memory_verdict([])
+    assert not verdict.leaked and verdict.message("hf") == "hf: no leak (no signal could be measured)"
+    assert verdict.foreign_note() is None
