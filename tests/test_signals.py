@@ -44,6 +44,15 @@ def test_sleeps(gpucompat_cell, gpucompat_isolated):
 """
 
 
+def _default_signals() -> None:
+    """In the child before it runs pytest: the signals' default dispositions, none blocked. A child inherits an
+    ignored SIGINT (a shell's background job, a CI runner that ignores it) and Python then leaves it ignored: the
+    run would not see the signal this test sends."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def _start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], list[int]]:
     """pytest on SLEEPING_RUN, once its isolated child and the child's own subprocess are up: their pids."""
     pids = tmp_path / "pids"
@@ -52,6 +61,7 @@ def _start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], lis
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpucompat", "--gpucompat-report", "r.json",
          "--gpucompat-log-dir", "logs", "test_sleeping_run.py", *args],  # a killed run cannot clean up its logs
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=_default_signals,
     )
     deadline = time.monotonic() + 30
     while not pids.exists():

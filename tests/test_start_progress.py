@@ -7,6 +7,7 @@ import re
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from conftest import requires
@@ -74,11 +75,11 @@ def test_a_slow_start_says_a_compact_line_then_one_per_repeat() -> None:
     announce = Announcer(said.append, verbose=False, slow_start_s=0.1, repeat_s=0.15)
     with announce.engine_start("vllm", "starting vllm on m {dtype='fp8'} (timeout 600 s), log: x.log"):
         announce("still starting vllm (30 s of 600 s), log: x.log")  # a heartbeat: the watcher's lines say it
-        time.sleep(0.5)
+        _until(lambda: len(said) >= 2)
     count = len(said)
     time.sleep(0.3)
     assert len(said) == count  # nothing after the start ended
-    assert 2 <= count <= 5 and all(re.fullmatch(r"waiting for vllm start \(\d+ s\)", s) for s in said), said
+    assert count >= 2 and all(re.fullmatch(r"waiting for vllm start \(\d+ s\)", s) for s in said), said
     assert not any(t.name == "gpucompat-start-watcher" for t in threading.enumerate())  # joined, not left behind
 
 
@@ -99,13 +100,26 @@ def test_verbose_says_the_full_line_and_every_heartbeat() -> None:
     assert said == ["starting vllm on m (timeout 600 s), log: x.log", "still starting vllm (30 s of 600 s), log: x.log"]
 
 
+def _until(done: Callable[[], bool], limit_s: float = 60.0) -> None:
+    """Poll until `done()`, for as long as a loaded machine may need (the wait ends as soon as it holds)."""
+    deadline = time.monotonic() + limit_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_failed_write_does_not_stop_the_start() -> None:
+    """The watcher survives a terminal that fails: it tries again at the next heartbeat, and the start goes on."""
+    tried: list[str] = []
+
     def broken(text: str) -> None:
+        tried.append(text)
         raise OSError("terminal gone")
 
     announce = Announcer(broken, verbose=False, slow_start_s=0.01, repeat_s=0.01)
     with announce.engine_start("vllm", "starting"):
-        time.sleep(0.1)
+        _until(lambda: len(tried) >= 3)
+    assert len(tried) >= 3 and tried[0].startswith("waiting for vllm start ("), tried
 
 
 def test_a_slow_start_is_said_on_the_progress_line_itself() -> None:
@@ -115,7 +129,7 @@ def test_a_slow_start_is_said_on_the_progress_line_itself() -> None:
     inline: list[str] = []
     announce = Announcer(lines.append, verbose=False, slow_start_s=0.1, repeat_s=0.15, inline=inline.append)
     with announce.engine_start("vllm", "starting vllm on m"):
-        time.sleep(0.45)
+        _until(lambda: len(inline) >= 2)
     assert lines == [] and "\n" not in "".join(inline)
     assert re.fullmatch(r" \[waiting for vllm start: \d+ s( \d+ s)+\]", "".join(inline)), inline
     with announce.engine_start("hf", "starting hf"):
