@@ -5,6 +5,8 @@ some live in directories other users can write to (a shared cache, a CI workspac
 temporary file that ``mkstemp`` creates with O_EXCL in the target's own directory (a symlink planted at a
 predictable name cannot redirect it), is fsynced, given its final mode and renamed over the target; a reader or a
 crash sees the old file or the new one, never half of one. At the bottom of the import graph: no package imports.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

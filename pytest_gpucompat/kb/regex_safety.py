@@ -10,6 +10,8 @@ is left is at worst quadratic in a line's length, and signatures are searched li
 length up to the longest line searched (``too_slow``), and refused when one search takes longer than a line may.
 Reading the pattern's parse tree is the only way to know its shape; ``re`` keeps its parser in a private module,
 the same one in every supported Python.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ signature is about).
 
 ``explaining_rules`` is the one definition of "this failure matches a known issue": a rule explains a failed cell
 when its signature matches and no known fact of the cell contradicts its ``when`` (``kb.match.contradiction``).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

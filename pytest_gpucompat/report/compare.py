@@ -14,6 +14,8 @@ rows: they are the noise column). Its noise band is the larger of the two runs' 
 * `same`: within the noise band.
 
 Pure functions: nothing here reads files or clocks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ a figure measured over rounds carries its relative spread (`tokens_per_s_spread`
 "within noise" instead.
 
 Pure functions: nothing here reads files or clocks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """`gpucompat diff` as text: the verdict line, the cell counts, the compare table, then the lists of what moved.
 
 Every line fits the terminal (pytest_gpucompat.common.textfit): long node ids are shortened in the middle, prose wraps.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A report may come from another machine's CI artifact, so it is read like any user file; a problem is one
 `ReportError` line naming the file and the JSON path of the bad field, never a traceback. Writes go through a
 temporary file, fsync and a rename, so a reader (or a crash) never sees half a report.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

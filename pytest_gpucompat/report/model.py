@@ -5,6 +5,8 @@ rule that matched the cell, as recorded; not the knowledge base's own `Finding`,
 records are defined in `record.py` and re-exported here, where their readers have always found them. The format's
 enums and the check of a loaded dict live in `validate.py`, reading and writing files in `io.py`; `schema.json`
 next to this module is the documented contract.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

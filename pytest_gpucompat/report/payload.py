@@ -6,6 +6,8 @@ per cell, starts it from the first payload (`new_cell`), merges each later one i
 cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names, the
 cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
 `CellRecord` that a fixture notes under its name (``fixtures.note``) travels without a line here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

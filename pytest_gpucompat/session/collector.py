@@ -3,6 +3,8 @@
 Cell data travels in ``report.user_properties`` because pytest-xdist serializes those: the
 controller never sees the items. The file is checkpointed during the run and written at session
 end, also on Ctrl-C, so nothing that ran is lost.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Cells come from data only, never from the local machine, so every pytest-xdist worker collects
 the same ids in the same order; the fingerprint decides marks, not ids.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
