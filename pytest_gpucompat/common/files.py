@@ -16,6 +16,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 DEFAULT_MODE = 0o644
@@ -80,8 +81,9 @@ def _fsync_directory(directory: Path) -> None:
         os.close(dir_fd)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8, ``\\n`` line ends) atomically; returns the path.
+def write_atomic(path: str | os.PathLike[str], text: str | Iterable[str], mode: int | None = None) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8, ``\\n`` line ends; or its pieces, written as they come) atomically;
+    returns the path.
 
     ``mode``: the new file's permission bits; None keeps an existing regular file's mode (else DEFAULT_MODE).
     The temporary file is made by mkstemp (O_EXCL, 0600 until the chmod) beside the target, so a symlink planted
@@ -95,7 +97,10 @@ def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = Non
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, final_mode)

@@ -10,6 +10,7 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{name}: {one_line(str(exc))}") from None
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str]) -> Path:
     """Write via a temp file in the same directory + fsync + os.replace (files.write_atomic): readers never see half
     a file. An existing target keeps its mode (a new one is 0644: a CI artifact is read by others) and must be a
     regular file, not a symlink (``UnsafeTarget``, an OSError naming the path)."""
@@ -93,6 +94,7 @@ def write_failure_message(path: str | os.PathLike[str], exc: OSError, checkpoint
 
 
 def write_report_atomic(report: Report, path: str | os.PathLike[str]) -> Path:
-    """Write the report as JSON atomically (see `write_text_atomic`)."""
-    return write_text_atomic(path, report.to_json())
+    """Write the report as JSON atomically (see `write_text_atomic`), a cell at a time (`Report.json_chunks`): the
+    whole text is never held in memory."""
+    return write_text_atomic(path, report.json_chunks())
 

@@ -254,8 +254,7 @@ class ReportCollector:
             try:
                 report = self.build(exitstatus, partial)
                 if partial:
-                    text = json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n"
-                    write_text_atomic(self.path, text)
+                    write_text_atomic(self.path, report.json_chunks(indent=False))
                     self._checkpoint = (len(self.cells), time.time())
                 else:
                     write_report_atomic(report, self.path)
