@@ -16,6 +16,10 @@ What is measured (docs/benchmarks.md has the figures and their goals):
   ``@pytest.mark.gpucompat(engine="hf", params=...)`` under ``pytest --gpucompat --gpucompat-report``, divided
   by the same suite through plain ``pytest.mark.parametrize`` with the plugin disabled; whole pytest processes,
   medians of several runs. ``plugin_overhead_ratio_no_report`` is the same without ``--gpucompat-report``.
+- ``off_*`` and ``on_*`` (``bench/cost.py``): the plugin off (installed, ``--gpucompat`` not given) against not
+  installed on 1,000 trivial tests, and on against plain parametrize on 10,000 cells without and with the report
+  (and 100,000 cells for CPU and peak RSS): instruction ratios under cachegrind, CPU-time ratios, peak RSS, the
+  package's modules imported and rewritten while off, and the CPU of one start.
 - ``suite_vs_engine_ratio`` (GPU only): per engine, the time its cells took divided by the time they spent inside
   engines (starts, generation, the reference, whole engine lives of the memory suite: ``metrics.engine_s`` of the
   report); ``suite_vs_engine_ratio_all`` is the wall time of the whole ``pytest --gpucompat suites/`` process
@@ -50,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cost  # noqa: E402  (bench/cost.py, beside this file)
 
 GOALS = {
     "fingerprint_vs_collect_env": (">=", 10.0),
@@ -336,21 +342,26 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
     _log(f"kb: {total} cells ({len(fps)} fingerprints x {len(param_sets)} engine/params sets) x {len(kb.rules)} "
          f"rules, {repeats} repeats")
 
+    cpu: list[float] = []  # CPU time of each cold pass: what a machine shared with other work disturbs least
+
     def one_pass() -> tuple[float, int]:
         matched = 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for fp in fps:
             for engine, params in param_sets:
                 matched += len(matching_rules(kb, fp, engine, params))
+        cpu.append(time.process_time() - c0)
         return time.perf_counter() - t0, matched
 
     cold: list[float] = []
     warm: list[float] = []
+    cold_cpu: list[float] = []
     matched = 0
     for _ in range(repeats):
         _clear_caches(rules_mod)
         elapsed, matched = one_pass()
         cold.append(elapsed)
+        cold_cpu.append(cpu[-1])
         elapsed, _ = one_pass()
         warm.append(elapsed)
     cells_per_s = total / statistics.median(cold)
@@ -358,6 +369,8 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
         "kb_cells_per_s": cells_per_s,
         "kb_cells_per_s_warm": total / statistics.median(warm),
         "kb_cells_per_s_spread": spread(cold),
+        "kb_cells_per_s_cpu": total / statistics.median(cold_cpu),
+        "kb_cells_per_s_cpu_spread": spread(cold_cpu),
         "rule_checks_per_s": cells_per_s * len(kb.rules),
         "kb": {
             "cell_definition": "one (fingerprint, engine, params) combination evaluated against ALL rules of the "
@@ -850,6 +863,7 @@ def table(result: dict[str, Any]) -> str:
                          f"{packing['packed_engine_s']:.1f} s packed; longest cell "
                          f"{packing['longest_cell_s']:.1f} s (floor {packing['floor_ratio']:.2f}x); "
                          f"{packing['shared_cells']} cells measured under sharing"))
+    rows += cost.rows(result)
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     m = result["machine"]
@@ -862,11 +876,17 @@ def table(result: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- main
 
 
+def _shape(text: str) -> tuple[int, int]:
+    a, _, b = text.partition("x")
+    return int(a), int(b or 1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table on stderr)")
-    parser.add_argument("--only", action="append", choices=("fingerprint", "kb", "overhead", "suites", "packing"),
+    parser.add_argument("--only", action="append",
+                        choices=("fingerprint", "kb", "overhead", "off", "on", "suites", "packing"),
                         help="run only these benchmarks (repeatable; default all)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each whole process (default 5)")
     parser.add_argument("--kb-cells", type=int, default=100_000, help="cells in the knowledge-base benchmark")
@@ -878,6 +898,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20240611, help="seed of the generated cells")
     parser.add_argument("--overhead-shape", default="100x100", metavar="AxB",
                         help="values of the two parameters of the overhead suite (default 100x100 = 10,000 cells)")
+    parser.add_argument("--off-tests", type=int, default=1000, help="trivial tests of the off benchmark")
+    parser.add_argument("--instr-runs", type=int, default=2,
+                        help="cachegrind runs of each variant (instruction counts; 0: none; default 2)")
+    parser.add_argument("--start-runs", type=int, default=11, help="runs of one start, off and not installed")
+    parser.add_argument("--on-shape", default="100x100", metavar="AxB", help="cells of the on benchmark")
+    parser.add_argument("--big-shape", default="1000x100", metavar="AxB",
+                        help="cells of the large on run, CPU and peak RSS (default 100,000; 0 to skip)")
+    parser.add_argument("--big-runs", type=int, default=2, help="runs of each variant of the large on run")
+    parser.add_argument("--big-instructions", action="store_true", help="count the large run's instructions too")
     parser.add_argument("--suites-timeout", type=int, default=3600, help="seconds the GPU suites may take")
     parser.add_argument("--suites-args", default="", metavar="ARGS",
                         help="extra pytest arguments for the GPU suites, e.g. '-n auto --gpucompat-model PATH'")
@@ -896,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="let the packing runs use the machine's compile caches (the first run warms them for "
                              "the next); by default each starts from empty ones")
     args = parser.parse_args(argv)
-    only = set(args.only or ("fingerprint", "kb", "overhead", "suites", "packing"))
+    only = set(args.only or ("fingerprint", "kb", "overhead", "off", "on", "suites", "packing"))
     a, _, b = args.overhead_shape.partition("x")
 
     result: dict[str, Any] = {
@@ -909,6 +938,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("fingerprint", lambda: bench_fingerprint(args.runs)),
         ("kb", lambda: bench_kb(args.kb_cells, args.kb_fingerprints, args.seed, args.kb_repeats, args.kb_verify)),
         ("overhead", lambda: bench_overhead(int(a), int(b), args.runs, args.keep)),
+        ("off", lambda: cost.bench_off(args.off_tests, args.runs, args.instr_runs, args.start_runs)),
+        ("on", lambda: cost.bench_on(*_shape(args.on_shape), args.runs, args.instr_runs,  # type: ignore[misc]
+                                     _shape(args.big_shape) if args.big_shape != "0" else None, args.big_runs,
+                                     args.big_instructions)),
         ("suites", lambda: bench_suites(args.suites_timeout, shlex.split(args.suites_args), args.suites_without_gpu,
                                          args.suites_report)),
         ("packing", lambda: bench_packing(args.suites_timeout, shlex.split(args.packing_args), args.packing_workers,

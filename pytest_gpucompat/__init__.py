@@ -3,6 +3,8 @@
 The names below are the public API (pluggy-style ``__all__``): what suites, conftest hooks and other tools import
 from ``pytest_gpucompat``. Each is loaded on first use, so importing the package (for the pytest entry point or the
 ``gpucompat`` command) costs nothing; everything else is internal and may move.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

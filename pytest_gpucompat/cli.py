@@ -1,4 +1,7 @@
-"""The ``gpucompat`` command: env, check, rules, and the report commands. Bad input exits 2 with one line."""
+"""The ``gpucompat`` command: env, check, rules, and the report commands. Bad input exits 2 with one line.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

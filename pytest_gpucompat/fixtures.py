@@ -1,7 +1,10 @@
 """Fixtures the suites use: the cell, the fingerprint, the model, and a started engine shared per session.
 
 A pytest plugin of its own (entry point ``gpucompat_fixtures``): every fixture defined here exists, with no list to
-keep elsewhere. It reads the run state that ``plugin.py`` builds and never imports ``plugin.py``.
+keep elsewhere. It reads the run state that ``plugin.py`` builds and never imports ``plugin.py``. What a fixture uses
+is imported by the fixture: a run without ``--gpucompat`` loads this module and nothing behind it.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -17,18 +20,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from .engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from .engines.registry import drives_server, reference_name
-from .machine.fingerprint import Fingerprint
 from .options import Settings
-from .session.state import CellState, cell_key, plain, run_state
-from .workload.matrix import Cell
 
 if TYPE_CHECKING:
-    from .engines.base import Engine
+    from .engines.base import Engine, EngineFailed, EngineSpec, Generation, RunInfo
     from .engines.pool import EnginePool
     from .kb import Finding
+    from .machine.fingerprint import Fingerprint
     from .session.golden_run import CellGolden
+    from .session.state import CellState, RunState
+    from .workload.matrix import Cell
     from .workload.prompts import PromptSet
     from .workload.reference import Choice
 
@@ -36,8 +37,24 @@ _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
 
 def _cell_state(request: pytest.FixtureRequest) -> CellState | None:
+    from .session.state import cell_key
+
     stash: pytest.Stash = request.node.stash
     return stash.get(cell_key, None)
+
+
+def run_state(config: pytest.Config) -> RunState | None:
+    """This run's state (``session.state.run_state``), None when the plugin is off."""
+    from .session.state import run_state as state_of
+
+    return state_of(config)
+
+
+def plain(value: Any) -> Any:
+    """Only JSON types (``report.payload.plain``): what a cell notes travels to the report writer."""
+    from .report.payload import plain as only_json
+
+    return only_json(value)
 
 
 @pytest.fixture
@@ -172,6 +189,9 @@ class StartedEngine:
 
 
 def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
+    from .engines.base import EngineSpec
+    from .engines.registry import drives_server
+
     params = {**cell.params, **overrides}
     endpoint = settings(config).endpoint
     if drives_server(cell.engine) and endpoint and "endpoint" not in params:
@@ -263,6 +283,8 @@ def start_engine(
     ``record=False`` (the reference) keeps the engine's info off the cell and counts its time as ``reference_s``;
     ``cache`` remembers its answers: a deterministic reference asked the same prompts again answers from memory.
     """
+    from .engines.base import EngineFailed, EngineUnavailable
+
     cs = _cell_state(request)
     part = None if record else "reference_s"
     if record:
@@ -295,6 +317,7 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     Not installed -> skip with the reason; a crash or hang -> failed cell carrying the child's log tail.
     """
     from .engines import missing_module
+    from .engines.base import EngineFailed, EngineSpec, EngineUnavailable
     from .engines.isolation import run_in_child
     from .session.sharing import engine_lives
 
@@ -341,6 +364,9 @@ _reference_answers = pytest.StashKey[dict[Any, Any]]()
 def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Path, **params: Any) -> StartedEngine:
     """The float32 transformers reference (``params`` such as ``pooling="last"`` to match what an engine does);
     greedy and deterministic, so each distinct question is asked once per session."""
+    from .engines.base import EngineSpec
+    from .engines.registry import reference_name
+
     spec = EngineSpec(engine=reference_name(), model=str(model), params={"dtype": "float32", **params})
     answers = request.config.stash.setdefault(_reference_answers, {})
     return start_engine(request, pool, spec, record=False, cache=answers.setdefault(spec.key(), {}))

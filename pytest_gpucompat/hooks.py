@@ -1,6 +1,8 @@
 """Hooks a ``conftest.py`` (or a plugin) can implement to change the plugin's policy, in pytest-xdist's
 ``newhooks.py`` style: what each hook decides, when it is called, and an example. Each hook is ``firstresult``:
 the first implementation that returns something other than None wins, and None keeps the built-in behaviour.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

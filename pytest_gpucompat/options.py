@@ -2,6 +2,8 @@
 
 pytest spells an option ``--gpucompat-NAME``, the command ``--NAME``; both parsers get the same help, type, action
 and default from here, so the two can never drift apart. ``PYTEST`` and ``CLI`` say which options each one offers.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""The checks the suites make: outputs against a reference (compare), memory over engine lives (memory, cycles)."""
+"""The checks the suites make: outputs against a reference (compare), memory over engine lives (memory, cycles).
+
+PYTEST_DONT_REWRITE
+"""

@@ -4,6 +4,8 @@ In the spirit of vLLM's `check_logprobs_close` (at the first differing token eac
 other side's top-N) and SGLang's `check_close_model_outputs` (max |delta| of logprobs): walk both greedy sequences;
 while the contexts are identical (up to and including the first divergent position) the two top-N distributions
 are directly comparable, after it they are not. No torch here: plain floats in, frozen dataclasses out.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

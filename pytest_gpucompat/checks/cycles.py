@@ -7,6 +7,8 @@ helper left running is found wherever it was re-parented, named in the result, a
 ``one_process_run`` is one whole engine life in a process that then exits, for measuring what a finished process
 leaves behind on the device (the seeds' "CUDA context leak", claim S55); ``finished_process_runs`` repeats it and
 compares the device before and after each, and stops whatever the runs left running.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ recorded under their own names so that a report keeps both: ``golden_*`` against
 same cell as recorded there (informative: how far this runner moved from the recording runner's run of the very
 same engine and parameters). A comparison with a recording made on another attention backend or KV-cache dtype
 says which two (``backends``), where both sides said what they ran. Pure: no engine, no file.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

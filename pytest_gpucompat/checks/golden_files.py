@@ -10,6 +10,8 @@ that ran (optional: files recorded before they were kept lack them) and the reco
 A golden file is only ever compared on the model and the prompt ids it was recorded for: ``match_golden`` refuses
 another model, tokenizer, prompt set or generation length with a one-line reason. Files are read through the
 project's one input loader (inputs.load_file), so a malformed file is one line naming the file and the field.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The verdicts over cycles live in `checks.leaks`. Following PyTorch's CudaMemoryLeakCheck, `settle()` collects
 garbage and empties the cache, re-querying up to three times, before a sample is trusted. psutil is not needed:
 RSS comes from /proc (or `resource` elsewhere).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

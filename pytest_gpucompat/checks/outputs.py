@@ -5,6 +5,8 @@ precision cell therefore keeps, under ``outputs`` in the report, what the model 
 top-N logprobs (the golden files' format and rounding), with the model's content digest and the prompts' digest,
 so that `gpucompat merge` and `gpucompat diff` can put any two runners' runs of one cell side by side and refuse
 a pair that asked another model or other prompts. Pure: no engine, no file.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ left running may be re-parented to PID 1 (or call setsid), so descent alone lose
 environment survives both: every process started below an `owner_scope` inherits it, and /proc/PID/environ says
 so later. Processes that existed before the test, or that carry no token and descend from nothing of ours, are
 other tenants of the GPU (another xdist worker, a neighbour job): reported, never blamed.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,2 +1,5 @@
 """Small shared pieces: errors, atomic file writes, paths, text fitting, version comparison, the metric
-catalog."""
+catalog.
+
+PYTEST_DONT_REWRITE
+"""

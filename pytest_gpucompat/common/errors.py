@@ -1,4 +1,7 @@
-"""One error type for bad input, so every entry point can print one line and exit 2 instead of a traceback."""
+"""One error type for bad input, so every entry point can print one line and exit 2 instead of a traceback.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

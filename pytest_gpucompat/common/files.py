@@ -8,6 +8,8 @@ crash sees the old file or the new one, never half of one. The new file's mode i
 less the umask (never one inherited from the file it replaces: another user's setuid or world-writable file must
 not make the report so), and another user's file in a shared (sticky or world-writable) directory is not replaced
 at all. At the bottom of the import graph: no package imports.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 DEFAULT_MODE = 0o644
@@ -114,8 +117,9 @@ def _fsync_directory(directory: Path) -> None:
         os.close(dir_fd)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8, ``\\n`` line ends) atomically; returns the path.
+def write_atomic(path: str | os.PathLike[str], text: str | Iterable[str], mode: int | None = None) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8, ``\\n`` line ends; or its pieces, written as they come) atomically;
+    returns the path.
 
     ``mode``: the new file's permission bits (DEFAULT_MODE when None), less the umask and never setuid, setgid or
     sticky; nothing of a file already there is kept. The temporary file is created with O_EXCL beside the target,
@@ -135,7 +139,10 @@ def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = Non
         raise _naming(exc, path, None) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)

@@ -5,6 +5,8 @@ nested a million levels deep, a YAML alias bomb ("billion laughs") or hold numbe
 those must become one ``InputError`` naming the file (and the field where there is one), never a traceback, a
 hang or a blow-up of memory: the loaders of fingerprints, rule files, matrices, thresholds and reports all read
 through here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ that has the distribution wins. Anything this reading cannot settle (a zip file 
 version) is asked of importlib.metadata, so the answer never differs from it. `requirements` reads the
 ``Requires-Dist`` headers of the same METADATA (the fingerprint's `installs` checks an engine's against what is
 installed).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

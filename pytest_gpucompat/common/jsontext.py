@@ -3,6 +3,8 @@
 Python's ``json.dumps`` writes ``NaN`` and ``Infinity`` by default: not JSON, so ``jq`` and every strict parser
 refuse the whole output. A number that is not finite (a user's ``--max-model-len=1e999``, a metric that overflowed)
 is written as a reason instead, a string saying what it was, so that the output stays one valid document.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 `gpucompat diff --fail-on` and `--gpucompat-compare-fail` check threshold names and signs against this registry
 (so a misspelt metric is an error, not a gate that silently compares nothing), and `docs/ci.md` carries the table
 that `markdown_table()` renders (a test keeps the two equal). Pure: no engine, no clock.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Where the data files live: the repository's matrices/ (editable install) or the copy packed into the wheel."""
+"""Where the data files live: the repository's matrices/ (editable install) or the copy packed into the wheel.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

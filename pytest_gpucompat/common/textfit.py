@@ -4,6 +4,8 @@ The width is the terminal's (`shutil.get_terminal_size`: $COLUMNS first), or 100
 pipe, a CI log). A long line is wrapped at spaces and indented under its first line; a word that alone is wider
 than the room left (a pytest node id, a path) is shortened in the middle with an ellipsis, so that both the test
 name and its parameters' tail stay readable. JSON output never passes through here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Driver versions (580.159.04), CUDA versions (13.0), local torch builds (2.11.0+cu130) and
 pre-releases (1.4.0rc1) are all PEP 440 versions; a bare version in a condition means "this
 release line" (``"12.1"`` matches 12.1 and 12.1.105, ``"535"`` matches 535.104.05).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

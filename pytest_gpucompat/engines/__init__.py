@@ -3,6 +3,8 @@ aliases, distribution, module, ...) lives in `registry` (one EngineDescriptor pe
 
 Nothing here imports an engine (or torch): an adapter module is imported only when its engine is created, so a
 machine without vLLM can still collect and skip vLLM cells.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The one small interface every engine adapter implements, and the plain data it returns."""
+"""The one small interface every engine adapter implements, and the plain data it returns.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

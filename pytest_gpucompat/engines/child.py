@@ -1,6 +1,8 @@
 """The isolated child's side: its entry point (own session, output to the log at fd level, dies with its parent),
 the loop that answers the parent's calls, and what adapters running inside it may use (register_process_group,
 side_file).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ deviation (``settle``).
 
 Pure functions over the engine registry: the cell's record is made before its engine starts, so a cell that fails
 at start still says what it was started with.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """What a failed engine says: its own last error line from its log, the process status, the log's tail and where
 the whole log is kept. The one place these messages are made, for isolated children and servers alike.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Weights and activations are quantized per tensor to float8_e4m3fn (dynamic activ
 vLLM's default FP8 path) and multiplied by the GPU's FP8 tensor cores; the embedding and lm_head stay
 in bfloat16. Only hardware with FP8 (compute capability 8.9 or higher) runs it: an emulation would
 measure the rounding but not the kernels, so anything else is reported as unavailable.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

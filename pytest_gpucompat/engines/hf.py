@@ -2,6 +2,8 @@
 
 Like vLLM's `HfRunner.generate_greedy_logprobs_limit`, logprobs are taken as `log_softmax(logits.float())` at every
 step, so an engine's numbers are compared with a float32 view of the same model, whatever dtype the model runs in.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

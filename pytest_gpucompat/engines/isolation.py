@@ -15,6 +15,8 @@ private directory (0700, ours) removed at exit, except logs of engines that fail
 Here: the parent side (IsolatedEngine, run_in_child) and the timeouts. Elsewhere: the child's side (child.py),
 process groups, the private directory and the death signal (processes.py), failure messages (failures.py), the
 session's pool of started engines (pool.py).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

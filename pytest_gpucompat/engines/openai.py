@@ -23,6 +23,8 @@ prompt. How ids come back differs per server, so the request carries only what t
   on /v1/completions altogether.
 Text keys are mapped back to ids through the model directory's tokenizer.json when each id decodes to a distinct
 string (true for the tiny models of pytest_gpucompat.workload.models).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

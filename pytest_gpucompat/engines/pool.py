@@ -1,4 +1,7 @@
-"""EnginePool: one started engine per spec for the whole session, in this process or in an isolated child."""
+"""EnginePool: one started engine per spec for the whole session, in this process or in an isolated child.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Processes we start, and only those: process groups checked against their leader's /proc start time before every
 signal, the one group killer, the parent-death signal for what we spawn, and this process's private state
 directory (0700, ours, removed at exit but for the logs of engines that failed).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ which environment variables concern it) instead of keeping its own list. A new e
 one `register(EngineDescriptor(...))` call below (docs/extending.md, "Add an engine").
 
 Nothing here imports an engine, torch or an adapter module: adapters are imported only when `create()` asks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Command lines of OpenAI-compatible servers, built from each engine's `ServerCommand` (engines/registry.py), and
 the small network helpers the `openai` engine needs. Nothing is started here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

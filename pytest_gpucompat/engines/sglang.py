@@ -19,6 +19,8 @@ What 0.5.16 provides and this adapter relies on:
 The engine runs as it ships (its tokenizer, backends, CUDA graphs); the harness adds only its declared defaults (the
 descriptor's `harness_defaults`: memory fraction, seed, log level), recorded by every cell as deviations beside
 SGLang's own defaults, read from `ServerArgs`.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

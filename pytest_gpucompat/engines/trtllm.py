@@ -16,6 +16,8 @@ What the sources say about the calls made here:
   `list[float]` for the sampled token only. Both are handled.
 Not known from the sources read: which of the two the PyTorch sampler returns, and whether its logprobs are taken
 before or after its own logits processing; with greedy decoding and no penalties both are log_softmax of the logits.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ The engine runs as it ships: its own process model (the engine core in a process
 sampler and tokenizer. The only settings the harness adds are its declared defaults (the descriptor's
 `harness_defaults`: a memory fraction and a seed), which every cell records as deviations; the engine's own default
 for each setting a cell changes is read from `EngineArgs` and recorded beside it.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

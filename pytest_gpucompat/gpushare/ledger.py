@@ -9,6 +9,8 @@ deadline: a request that does not fit in time raises ``GpuWaitTimeout`` with the
 Beside it, a start gate per GPU (another flock, released by the kernel when its holder dies): engine starts and
 shutdowns on one GPU happen one at a time, because engines size themselves from the device's free memory while
 they start (vLLM charges whatever another process allocates or frees meanwhile to its own profile).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

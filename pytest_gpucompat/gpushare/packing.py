@@ -7,6 +7,8 @@ in the GPU's budget: its total memory times a safety fraction, less what process
 for the whole GPU (a cell that measures device-wide figures, an engine whose need is unknown or exceeds the budget)
 waits until the GPU holds nothing else of the run, and keeps everything else out meanwhile. Requests are served in
 arrival order, so a large one is never starved by a stream of small ones. No files, no clock, no NVML here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Modules, in the order data flows through them:
 - ``check``: ``gpucompat check``'s text and JSON; ``lint``: ``gpucompat rules --lint``;
 - ``signatures`` (with ``regex_safety``): which known issue a failed cell is, by the rules' ``signature``;
   ``propose`` (with ``failure_modes``): the rule ``gpucompat explain`` proposes for a failure no rule explains.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """`gpucompat check` output: the findings for one fingerprint (``kb.evaluate.evaluate_machine``) as text or JSON,
-the verdict line and the `--fail-on` gate."""
+the verdict line and the `--fail-on` gate.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ not yet added), a value that is not one of its choices, an abbreviation argparse
 shares the prefix, a deprecated flag, and the defaults that changed between the two releases. The target fingerprint
 (the engine at the target release, the packages it pins exactly at their pinned versions, the command line's
 settings as parameters) then goes through the knowledge base like any other: an upgrade check before the upgrade.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

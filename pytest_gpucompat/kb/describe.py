@@ -3,6 +3,8 @@
 ``describe_runner`` (kb.match) says what *this runner* has for a problem's conditions; advice has no problem on the
 runner to explain, so `gpucompat check` prints the condition the advice is about instead. Without it a line such as
 "Recreate the container" reads as an instruction for every machine, when it applies only where no GPU is visible.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

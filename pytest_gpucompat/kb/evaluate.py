@@ -2,6 +2,8 @@
 
 Pure functions (no pytest): the plugin (``state.RunState.evaluate``, which then asks the ``pytest_gpucompat_decide``
 hook), the fleet preview and ``gpucompat check`` all call these.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 ``gpucompat explain`` proposes a rule for a failure no rule explains; its ``failure`` and ``severity`` come from the
 first entry of the table that the failure satisfies (a pattern in its text, the pytest phase it failed in). The
 table is data, so that a team can teach it its own harness's words (``GPUCOMPAT_MATRICES_DIR``).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ engine settings (``kb.evaluate``) are checked against it without the engine inst
 
 The file holds *runs*: for each item, the maximal stretches of consecutive releases in which it exists with the same
 attributes. A release the tool could not read is listed with an ``error``; what it had is unknown, never "absent".
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The hot path (every cell of every matrix against every rule). The answer is by d
 so each machine fact is judged once per fingerprint and each parameter value once per knowledge base. The indexes
 are process-wide, keyed by the ``KnowledgeBase`` object (``kb.load.load_kb`` returns the same object for unchanged
 files); ``clear_match_cache`` forgets them.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ are searched at once: joined by newlines (``joined``), with ``^`` and ``$`` at e
 part of the pattern able to match a newline (RE2's ``never_nl``), which finds what a search of each line finds.
 
 RE2 is imported when the first pattern is compiled (a knowledge base with signatures), never by the plugin alone.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

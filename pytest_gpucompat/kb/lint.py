@@ -13,6 +13,8 @@ something of an engine that has a release history:
   must be one of its choices where the release states them.
 
 An engine without a history falls back to the installed engine's ``--help`` (flags only).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

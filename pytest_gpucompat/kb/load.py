@@ -3,6 +3,8 @@
 Bad input stops with one ``InputError`` line naming the file, the rule id and the field. ``load_kb`` remembers what
 it loaded, keyed on every file's path, identity, mtime and size, so a rule file rewritten in the same process is read
 again.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Every condition kind is judged by exactly one function here. ``rule_matches`` co
 reference definition of a match: the tests and ``bench/run.py`` use it as the oracle for ``kb.index``, which answers
 the same question for a whole knowledge base from bit masks computed with these same functions
 (``MACHINE_CONDITIONS``, ``package_holds``, ``param_holds``, ``engine_holds``, ``needs_hold``).
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Pure functions from ``signatures.Failure`` to a plain rule mapping, valid against the rule schema (``kb.load``): what
 ``gpucompat explain`` prints for the author to check, narrow and commit. Nothing here guesses a cause; the rule
 says where the failure was seen, and its ``note`` asks for the rest.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

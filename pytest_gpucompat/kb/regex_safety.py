@@ -9,6 +9,8 @@ with nothing between them that the first cannot match too (``a.*b.*c``, ``\\S+x\
 in any group, lookaround or optional part; too many unbounded repeats and repeat bounds too large. Reading the
 pattern's parse tree is the only way to know its shape; ``re`` keeps its parser in a private module, the same one
 in every supported Python.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ quarters' lists, and each quarter's list made once from its bits: a new result c
 concatenation (a new list, never one remembered here), and nothing is kept per result (no object per result for
 the garbage collector to walk at every full collection). Lists rather than tuples: ``low + high`` makes the result
 in one step of exactly its size, faster than unpacking two tuples into a new list.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

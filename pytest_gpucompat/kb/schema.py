@@ -2,6 +2,8 @@
 
 Everything here is frozen and parsed once at load time (``kb.load``); matching (``kb.match``, ``kb.index``) only
 reads it.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ a release the history does not hold.
 
 The findings come from rules made here (``setting_rules``), so they flow through the same pipeline as the knowledge
 base's own: the same decision, reasons and reports.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

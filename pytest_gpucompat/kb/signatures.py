@@ -10,6 +10,8 @@ dumped configuration is not what a signature is about).
 
 ``explaining_rules`` is the one definition of "this failure matches a known issue": a rule explains a failed cell
 when its signature matches and no known fact of the cell contradicts its ``when`` (``kb.match.contradiction``).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The policy (see docs/knowledge-base.md): a known crash or hang with upstream or 
 is skipped so it cannot stall a runner; known wrong output is a strict xfail. A rule that only the
 seed documents support is an *unconfirmed claim*: it never stops, xfails or colours a cell and never
 fails a gate; the cell runs and its outcome is evidence for or against the claim.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ SGLANG_, SGL_, TRTLLM_, TLLM_, HF_, TRANSFORMERS_, ...) or with a prefix of the 
 (LIBRARY_ENV_PREFIXES: NCCL_, CUDA_, TORCH_). A name that looks like a credential (registry.SECRET_NAME: TOKEN, KEY,
 SECRET, PASSWORD, CREDENTIAL, AUTH) is kept with the value "<redacted>": that it was set can matter, its value must
 never reach a report. Pure apart from reading os.environ; no engine is imported.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

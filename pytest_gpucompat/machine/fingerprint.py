@@ -3,6 +3,8 @@
 Read through NVML and package metadata only (no nvidia-smi or nvcc subprocess, no torch import),
 so it takes milliseconds. Anything that cannot be read becomes a reason in the fingerprint,
 never an exception: a machine with no GPU still has a valid fingerprint.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

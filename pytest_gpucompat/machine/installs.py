@@ -7,6 +7,8 @@ apply to this platform with no extras are checked against the installed distribu
 packages (the descriptor's `acceleration`) are recorded with their versions. Read like the rest of the fingerprint:
 metadata files only, no import of importlib.metadata or of the engine; packaging's requirement parser is imported
 only when an engine is installed.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The software stack a fingerprint records: which distributions matter (the registered engines, asked live, and
 the kernels, runtimes and libraries beside them), their installed versions, and the CUDA version torch was built for.
-Read from metadata files, never by importing the packages."""
+Read from metadata files, never by importing the packages.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 The fingerprint reads links from NVML (P2P status for NVLink, the common PCIe ancestor otherwise); nvidia-smi
 prints the same matrix from the driver's side. Two readings of one machine that disagree mean a fingerprint, and
 every interconnect rule evaluated on it, cannot be trusted.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ The public pieces are named in `__all__` and importable from here; the submodule
   pytest side (`session/collector.py`).
 
 Everything is loaded on first use (PEP 562): `gpucompat env` imports the `report.cli` parser but no report code.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ parameters that tell it apart from the other cells of that test (its siblings):
 
 Names are words separated by spaces, so a narrow terminal wraps them instead of cutting them. The full node id stays
 in `--json` and in the Markdown. Pure functions.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
 Every chart is an `<svg class="chart" data-chart=... data-series=N data-points=M>`; each series is a `<g
 class="series" data-runner=...>` and each point a `.pt` element with a `<title>` (what a hover shows). Runners keep
 one colour across charts (an Okabe-Ito palette, readable for colour-blind eyes).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

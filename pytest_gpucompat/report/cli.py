@@ -3,6 +3,8 @@
 Each returns an exit status and reports bad input in one line on stderr (no traceback): 0 ok, 1 regression (diff),
 a failure no rule explains (explain) or a cell the golden outputs fail (golden), 2 bad input or an output that
 cannot be written.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ judged by its absolute change (and its relative change is not shown). The verdic
 * `same`: not moved at all.
 
 Pure functions: nothing here reads files or clocks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

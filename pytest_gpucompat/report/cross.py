@@ -3,6 +3,8 @@ the model said (outputs.py), in the fleet report and in `gpucompat diff`.
 
 A golden file compares each runner with the runner that recorded it; this compares each runner with each other
 one (the H200 with the A100, vLLM 0.25 with 0.26), with the precision suite's figures. Pure functions.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

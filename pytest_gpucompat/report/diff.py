@@ -25,6 +25,8 @@ too (the cell is now expected to fail: a rule or a marker hides what used to wor
 and any other move is listed as a changed outcome.
 
 Pure functions: nothing here reads files or clocks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

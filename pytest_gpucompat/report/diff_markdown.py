@@ -6,6 +6,8 @@ figures that moved (worse first) and the other lists; cells are named by their f
 shortened. The JSON carries every list with full node ids, for tools.
 
 Pure functions: nothing here reads files, clocks or the environment.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

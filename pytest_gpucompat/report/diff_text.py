@@ -3,6 +3,8 @@ regressions, the compare table, then the other lists of what moved.
 
 Every line fits the terminal (pytest_gpucompat.common.textfit): a cell is named by its test and the parameters that
 tell it apart from its siblings (report/cellnames.py), words that wrap rather than a node id cut in the middle.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ list of plain values (an install's missing requirements) is compared as a set: w
 deviations from the engines' defaults (`CellRecord.deviations` not set by the cell itself) are compared per engine.
 
 Pure functions: nothing here reads files or clocks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The cells are judged with the knowledge base as it is now (``kb.signatures.expla
 against its own runner's fingerprint, so merged fleet reports work as single runs do. Failures no rule explains are
 grouped by engine and signature, one proposed rule per group (``kb.propose``). A cell that only says the run was
 stopped before it ended (a timeout, a signal) is listed apart: that is a fact about the run, and no rule is proposed.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ GPU...` (a test that needs a GPU); any other skip is *unavailable* (engine not i
 sort by their most serious cell (`row_rank`), in every renderer.
 A key figure (metrics.KEY_FIGURES) is coloured by its margin to its limit: the dtype's threshold from
 matrices/thresholds.yaml, or the memory suite's leak tolerance; throughput is shown plain. Pure: no page markup.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ model said (outputs.py), so judging it again needs no GPU: the same golden match
 prompt ids; another model or prompt set is refused with the reason), the same verdict (checks.golden.judge) and
 the same thresholds as a run with ``--gpucompat-golden``; a recording made on another attention backend or KV-cache
 dtype than the cell's (its ``engine_info``) is named with both. Pure but for reading the files.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Per-cell details travel as JSON in a `<script type="application/json">` block an
 filters and writes the result into `#gc-selftest`; JS errors are recorded into `#gc-errors` (both are
 what the browser test reads from the dumped DOM). The page's structure is built here; its stylesheet and scripts
 are in `html_assets.py`.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
 The page is read on wide screens and on phones: the matrix scrolls inside its own box (row heads and the runner
 heads sticky), never the page; with many runners (`COMPACT_FROM`) its columns are compact, and below 700 px every
 matrix is. Nothing is told by colour alone: a cell says its state in words, a figure over its limit has `OVER_MARK`.
+
+PYTEST_DONT_REWRITE
 """
 
 #: Runners from which the matrix is compact (narrower row heads and runner columns, names wrapped, smaller figures):

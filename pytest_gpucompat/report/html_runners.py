@@ -3,6 +3,8 @@
 A what-if run (`--gpucompat-env FILE`) judged a fingerprint file while the cells really ran on another machine:
 the runner's fingerprint then carries `what_if` (the file) and `host` (that machine, one line). The page names
 both in a banner, in the runner's header, and on each cell that really ran.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 A report may come from another machine's CI artifact, so it is read like any user file; a problem is one
 `ReportError` line naming the file and the JSON path of the bad field, never a traceback. Writes go through a
 temporary file, fsync and a rename, so a reader (or a crash) never sees half a report.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -49,7 +52,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{name}: {one_line(str(exc))}") from None
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str]) -> Path:
     """Write via a temp file in the same directory + fsync + os.replace (files.write_atomic): readers never see half
     a file. The file is 0644 less the umask (a CI artifact is read by others), whatever mode a file it replaces
     had; the target must be a regular file, not a symlink nor another user's file in a shared directory
@@ -92,6 +95,7 @@ def write_failure_message(path: str | os.PathLike[str], exc: OSError, checkpoint
 
 
 def write_report_atomic(report: Report, path: str | os.PathLike[str]) -> Path:
-    """Write the report as JSON atomically (see `write_text_atomic`)."""
-    return write_text_atomic(path, report.to_json())
+    """Write the report as JSON atomically (see `write_text_atomic`), a cell at a time (`Report.json_chunks`): the
+    whole text is never held in memory."""
+    return write_text_atomic(path, report.json_chunks())
 

@@ -2,6 +2,8 @@
 
 What JUnit has no place for (rules, findings, metrics, the fingerprint) goes into `<properties>`, which
 GitLab, Jenkins and most JUnit viewers show or at least keep.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""One run per report path: two runs writing one report would each replace the other's file."""
+"""One run per report path: two runs writing one report would each replace the other's file.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Status words, no emoji: they survive terminals, grep and screen readers. Everyth
 escaped, since a reason or a log line can contain `|`, `<` or backticks. Each matrix cell adds its key figures
 (metrics.KEY_FIGURES, worded as the HTML page does: figures.format_value); rows come regressions first; the whole
 summary stays under GitHub's 1 MiB job-summary limit, cutting the matrix with a pointer to the full report.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Merge the reports of several runners into one matrix; pure functions, deterministic in the input order."""
+"""Merge the reports of several runners into one matrix; pure functions, deterministic in the input order.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

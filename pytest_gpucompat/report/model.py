@@ -5,12 +5,14 @@ rule that matched the cell, as recorded; not the knowledge base's own `Finding`,
 records are defined in `record.py` and re-exported here, where their readers have always found them. The format's
 enums and the check of a loaded dict live in `validate.py`, reading and writing files in `io.py`; `schema.json`
 next to this module is the documented contract.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -160,7 +162,8 @@ class Report:
             "uncovered": sum(1 for covered in by_nodeid.values() if not covered),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, cells: bool = True) -> dict[str, Any]:
+        """The report's JSON form; without ``cells`` (`json_chunks`), everything but the cells' list."""
         data: dict[str, Any] = {
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,
@@ -169,24 +172,37 @@ class Report:
             "exitstatus": self.exitstatus,
             "summary": self.summary,
             "runners": {name: dict(fp) for name, fp in self.runners.items()},
-            "cells": [c.to_dict() for c in self.cells],
+            "cells": [c.to_dict() for c in self.cells] if cells else [],
         }
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
 
     def to_json(self) -> str:
-        """Strict JSON (no NaN), UTF-8 friendly, stable key order, trailing newline; indented, one cell per line.
+        """Strict JSON (no NaN), UTF-8 friendly, stable key order, trailing newline; indented, one cell per line
+        (`json_chunks`, joined)."""
+        return "".join(self.json_chunks())
+
+    def json_chunks(self, indent: bool = True) -> Iterator[str]:
+        """`to_json`'s text in pieces, a cell at a time, for a writer that streams it to a file: a report of 100,000
+        cells is then never held as text (nor as a list of the cells' dicts) beside its records. Without ``indent``:
+        ``json.dumps`` of `to_dict`, plus a newline (a checkpoint: several times faster to encode).
 
         One line per cell reads and diffs cell by cell, and lets Python's C encoder do the bulk: with ``indent``
         json.dumps falls back to its pure-Python encoder, five to seven times slower on a large report.
         """
-        data = self.to_dict()
+        data = self.to_dict(cells=False)
         encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # json.dumps makes one per call
-        cells = [encode(c) for c in data["cells"]]
         data["cells"] = _CELLS_MARK
-        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
-        body = "[\n    " + ",\n    ".join(cells) + "\n  ]" if cells else "[]"
-        return text.replace(json.dumps(_CELLS_MARK), body, 1) + "\n"
+        text = json.dumps(data, indent=2 if indent else None, ensure_ascii=False, allow_nan=False)
+        head, _, tail = text.partition(json.dumps(_CELLS_MARK))
+        if not self.cells:
+            yield head + "[]" + tail + "\n"
+            return
+        first, separator, last = ("[\n    ", ",\n    ", "\n  ]") if indent else ("[", ", ", "]")
+        yield head + first
+        for i, cell in enumerate(self.cells):
+            yield (separator if i else "") + encode(cell.to_dict())
+        yield last + tail + "\n"
 
     @classmethod
     def from_dict(cls, data: Any) -> Report:

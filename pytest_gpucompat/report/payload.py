@@ -6,6 +6,8 @@ per cell, starts it from the first payload (`new_cell`), merges each later one i
 cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names, the
 cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
 `CellRecord` that a fixture notes under its name (``fixtures.note``) travels without a line here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -164,11 +166,16 @@ def join(fixed: str, live: str) -> str:
     return "{" + fixed + "," + live
 
 
+_NOTHING: dict[str, Any] = {}
+"""A cell's figures before any were measured, shared by every cell of the report writer (most cells of a large run
+measure nothing; a dict each would be kept to the end of the run). Never changed in place: `merge` replaces it."""
+
+
 def new_cell(nodeid: str, worker: str | None, payload: Mapping[str, Any]) -> dict[str, Any]:
     """The report writer's cell, in the record's JSON form, from the first payload it has of it (``{}``: a cell that
     sent none, whose worker died before it could). An error until a report says otherwise."""
     cell: dict[str, Any] = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
-                            "metrics": {}, "series": {}, "duration_s": 0.0, "worker": worker}
+                            "metrics": _NOTHING, "series": _NOTHING, "duration_s": 0.0, "worker": worker}
     merge(cell, payload)
     return cell
 
@@ -179,7 +186,8 @@ def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
     changes nothing (a worker's values only grow, and a cell's engine and parameters never change)."""
     for key, value in payload.items():
         if key in _ADDED:
-            cell[key].update(value or {})
+            if value:  # a new dict: the cell's may be the shared empty one (new_cell)
+                cell[key] = {**cell[key], **value}
         elif key in _LISTED:
             cell[key] = value or ()  # one shared empty tuple, not a list per cell for every full collection to walk
         elif key in _CARRIED and value:

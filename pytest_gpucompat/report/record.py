@@ -5,6 +5,8 @@ Everything else that names a cell's keys reads them from here: the validator (`v
 types from the dataclass fields' annotations, the payload a worker sends about a cell (`payload.py`) is keyed by
 the field names, and `schema.json` documents exactly these keys (tests/test_record_schema.py checks all three).
 `model.py` re-exports both records with the `Report` that holds them.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ cells), then the rest. Pure: lines from the collector's cells, written by ``Repo
 
 Everything here comes from cells, engine logs and rule files, so the caller passes every line through
 ``errors.visible``: an engine's log or a hostile rule file must not recolour or clear the terminal.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Two ways to make a line of a multi-line text, not to be confused: `first_line` keeps the first line (a pytest
 message or an exception's repr says what matters there), `one_line` folds every line into one (a reason shown in a
 table cell or a title, where nothing may be lost but the line breaks).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

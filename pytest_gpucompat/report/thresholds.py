@@ -1,5 +1,8 @@
 """Metric thresholds of a CI gate (`tokens_per_s:-10%`, `leak_mib_per_cycle:+1`): parsing, and the checks that make
-a threshold that could gate nothing an error rather than a silent pass."""
+a threshold that could gate nothing an error rather than a silent pass.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ so that `load_report` can say what is wrong in one line. Which keys a cell and a
 of each, come from the records (`record.py`): what is written here is only what a type cannot say (enums, the
 items of lists and maps, a runner that must exist). `schema.json` is the documented contract and the tests check
 that all three agree.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ nothing, and a slow one says so *on the progress line itself*, once it has taken
 like a hang, and the line of results stays one line). Where there is no progress line to write on (an xdist worker)
 it is a compact line of its own ("gpucompat: waiting for vllm start (10 s)"). At ``-v`` every start is announced
 in full (engine, model, parameters, timeout, log), as are the heartbeats of long calls.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The hooks GPU sharing needs at each test's setup and after its teardown (``sharing.begin``, ``GpuShare.end``),
 registered once they have something to do: in a worker sharing its GPU (at configure) and once the session's engine
 pool exists. A run with neither, such as a suite of quick cells, pays no hook call per test for them (pluggy calls
-every registered implementation of a hook, a wrapper as a generator, for each test)."""
+every registered implementation of a hook, a wrapper as a generator, for each test).
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Cell data travels in ``report.user_properties`` because pytest-xdist serializes those: the
 controller never sees the items. The file is checkpointed during the run and written at session
 end, also on Ctrl-C, so nothing that ran is lost.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -270,8 +272,7 @@ class ReportCollector:
             try:
                 report = self.build(exitstatus, partial)
                 if partial:
-                    text = json.dumps(report.to_dict(), ensure_ascii=False, allow_nan=False) + "\n"
-                    write_text_atomic(self.path, text)
+                    write_text_atomic(self.path, report.json_chunks(indent=False))
                     self._checkpoint = (len(self.cells), time.time())
                 else:
                     write_report_atomic(report, self.path)

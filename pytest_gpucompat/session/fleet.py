@@ -1,4 +1,7 @@
-"""A fleet file in a pytest run: before anything executes, which cells each runner would skip or xfail."""
+"""A fleet file in a pytest run: before anything executes, which cells each runner would skip or xfail.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 the run with one line), each model hashed once, and per cell the check (figures recorded like the precision
 suite's, the outcome said in the cell's report under ``golden``) and the recording into
 ``--gpucompat-record-golden``. Knows nothing of pytest: the fixtures hand it the cell's callbacks.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ pytest already turns KeyboardInterrupt into an interrupted session (report writt
 session fixtures torn down, engine children killed); a SIGTERM handler that raises KeyboardInterrupt in the main
 thread gives SIGTERM the same path. Installed at configure (main process and xdist workers), the previous handler
 restored at unconfigure.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

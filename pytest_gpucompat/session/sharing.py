@@ -6,6 +6,8 @@ starts (``packing.py`` says what an engine needs and what fits, ``ledger.py`` ke
 stops engines one at a time on its GPU, runs exclusive tests alone, and shuts its idle engines down when another
 worker waits for their room. Without a ledger (no xdist, one worker per GPU, no GPU) none of this exists and
 nothing about a run changes.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Per-run state of the plugin: options, fingerprint, knowledge base and what was decided for each cell."""
+"""Per-run state of the plugin: options, fingerprint, knowledge base and what was decided for each cell.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """pytest-xdist: workers pinned to their GPU before CUDA starts, one per GPU or ``--gpucompat-workers-per-gpu``
-sharing each, and the cells of one engine kept on one worker when they share."""
+sharing each, and the cells of one engine kept on one worker when they share.
+
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ ChatML special tokens and a chat template, so that a built model is asked real t
 Byte-level: every string (code, Chinese, emoji) has ids, no `<unk>`. The vocabulary is padded with reserved
 special tokens to a multiple of 64 and the model's vocab_size is exactly the tokenizer's, so every id an engine
 may generate decodes to something. Deterministic: the same text and settings give the same tokenizer.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

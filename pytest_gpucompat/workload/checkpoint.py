@@ -7,6 +7,8 @@ tokenizer (vocabulary, merges, added tokens). Files a transformers version rewri
 config.json, tokenizer.json's layout) are not hashed as bytes, so a model built from the same seed on a runner
 with another transformers version keeps its identity. Hashing a large checkpoint takes a while: the result is
 cached on disk, keyed by the files' sizes and modification times. No torch here.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

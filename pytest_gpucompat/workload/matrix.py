@@ -2,6 +2,8 @@
 
 Cells come from data only, never from the local machine, so every pytest-xdist worker collects
 the same ids in the same order; the fingerprint decides marks, not ids.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..common.errors import InputError
@@ -21,12 +24,14 @@ from ..kb.load import file_stamp
 
 _MARKER_KEYS = {"engine", "params", "axes", "matrix"}
 _GLOB_AXES = ("gpu", "arch")
+_NO_AXES: Mapping[str, str] = MappingProxyType({})
 MAX_CELLS = 100_000  # cells of one block: far above a real matrix, far below what exhausts the memory
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cell:
-    """One combination: an engine, its launch parameters, and the fleet axes it is meant to run on."""
+    """One combination: an engine, its launch parameters, and the fleet axes it is meant to run on. (Slots, and one
+    shared empty mapping for the cells of a block without axes: a matrix may hold 100,000 cells for the whole run.)"""
 
     engine: str
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -82,11 +87,12 @@ def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[Cell
         if count > MAX_CELLS:  # checked before expanding: 20 parameters of 10 values would never finish
             raise InputError(source, where, f"expands to more than {MAX_CELLS} cells")
     cells = []
+    no_axes = not a_names
     for engine in engines:
         for p_values in itertools.product(*(_as_list(params[n]) for n in p_names)):
             for a_values in itertools.product(*(_as_list(axes[n]) for n in a_names)):
                 cells.append(Cell(engine=str(engine), params=dict(zip(p_names, p_values)),
-                                  axes={n: str(v) for n, v in zip(a_names, a_values)}))
+                                  axes=_NO_AXES if no_axes else {n: str(v) for n, v in zip(a_names, a_values)}))
     return cells
 
 

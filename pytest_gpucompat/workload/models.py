@@ -2,6 +2,8 @@
 
 A model is built once from its transformers config and a fixed seed, written to a temporary directory and renamed
 into the cache: parallel pytest-xdist workers either win the rename or reuse the winner's directory.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

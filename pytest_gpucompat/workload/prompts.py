@@ -5,6 +5,8 @@ multi-turn chat) or a JSON-lines file, tokenized with the model's own tokenizer,
 A tiny built model (random weights, word-level vocabulary) keeps fixed token ids, the same on every machine. A set
 is named by the digest of its ids: golden outputs are only comparable for the same ids, and the digest changes
 whenever a prompt, the tokenizer or the chat template does.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

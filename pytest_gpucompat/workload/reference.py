@@ -7,6 +7,8 @@ prompt lengths from config.json) and set against the free GPU memory (NVML, else
 memory (/proc/meminfo and the cgroup's limit), and the first that fits is taken: float32 on the GPU, float32 on
 the CPU, bfloat16 on the GPU or the CPU (compared with wider thresholds: the `bfloat16-reference` class of
 matrices/thresholds.yaml), or none (golden-only: the cell compares only with recorded golden outputs, or skips).
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

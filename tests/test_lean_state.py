@@ -1,0 +1,85 @@
+"""What a large run keeps per cell is kept once and compactly, and the report is streamed to its file: the text and
+the state are those of before, only their memory is not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_gpucompat.report import payload
+from pytest_gpucompat.report.model import Report
+from pytest_gpucompat.workload.matrix import Cell, expand_block
+
+FP = {"name": "r1", "gpus": []}
+
+
+def _cells(n: int) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        out.append({"nodeid": f"t.py::test[{i}]", "engine": "hf", "params": {"a": i, "s": "é\n"}, "outcome":
+                    "passed" if i % 3 else "failed", "reason": None if i % 3 else "boom ü", "metrics":
+                    {"tokens_per_s": 1.5 * i} if i % 2 else {}, "series": {"x": [1.0, None]} if i == 1 else {},
+                    "duration_s": 0.25, "worker": None, "when": "call", "extra": {"prompts": {"n": i}}})
+    return out
+
+
+def _old_text(report: Report, indent: bool) -> str:
+    """The report's JSON as it was made before it was streamed: the whole dict, the cells joined."""
+    data = report.to_dict()
+    if not indent:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False) + "\n"
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    cells = [encode(c) for c in data["cells"]]
+    mark = "\x00gpucompat-cells\x00"
+    data["cells"] = mark
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    body = "[\n    " + ",\n    ".join(cells) + "\n  ]" if cells else "[]"
+    return text.replace(json.dumps(mark), body, 1) + "\n"
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+@pytest.mark.parametrize("indent", [True, False], ids=["final", "checkpoint"])
+def test_streamed_report_is_the_same_text(n: int, indent: bool) -> None:
+    report = Report.from_run(FP, _cells(n), exitstatus=1, created="2026-01-01T00:00:00Z")
+    chunks = list(report.json_chunks(indent=indent))
+    assert len(chunks) == (1 if n == 0 else n + 2)  # a cell at a time
+    assert "".join(chunks) == _old_text(report, indent)
+    if indent:
+        assert report.to_json() == _old_text(report, True)
+    assert Report.from_dict(json.loads("".join(chunks))).to_dict() == report.to_dict()
+
+
+def test_the_written_report_is_streamed_and_whole(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from pytest_gpucompat.report.io import load_report, write_report_atomic
+
+    path = Path(str(tmp_path)) / "r.json"
+    report = Report.from_run(FP, _cells(5), created="2026-01-01T00:00:00Z")
+    write_report_atomic(report, path)
+    assert path.read_text(encoding="utf-8") == _old_text(report, True)
+    assert load_report(path).to_dict() == report.to_dict()
+
+
+def test_cells_without_axes_share_one_mapping_and_stay_apart() -> None:
+    cells = expand_block({"engine": ["hf", "vllm"], "params": {"a": [1, 2]}}, "m.yaml", "m")
+    assert len(cells) == 4 and all(c.axes is cells[0].axes for c in cells)
+    assert cells[0].to_dict() == {"engine": "hf", "params": {"a": 1}, "axes": {}}
+    with pytest.raises(TypeError):
+        cells[0].axes["gpu"] = "x"  # type: ignore[index]
+    with_axes = expand_block({"engine": "hf", "axes": {"gpu": ["A100*", "H100*"]}}, "m.yaml", "m")
+    assert [c.axes for c in with_axes] == [{"gpu": "A100*"}, {"gpu": "H100*"}]
+    assert Cell("hf", {"a": 1}).id == "hf-a=1"
+    assert not hasattr(cells[0], "__dict__")  # slots: no dict per cell
+
+
+def test_collector_cells_share_empty_figures_until_one_is_measured() -> None:
+    first = payload.new_cell("t::a", None, {"engine": "hf", "metrics": {}, "series": {}})
+    second = payload.new_cell("t::b", None, {"engine": "hf", "metrics": {"x": 1.0}, "series": {}})
+    assert first["metrics"] == {} and second["metrics"] == {"x": 1.0}
+    payload.merge(first, {"metrics": {"y": 2.0}, "series": {"s": [1.0]}})
+    payload.merge(first, {"metrics": {"z": 3.0}})
+    assert first["metrics"] == {"y": 2.0, "z": 3.0} and first["series"] == {"s": [1.0]}
+    third = payload.new_cell("t::c", None, {})
+    assert third["metrics"] == {} and third["series"] == {}  # nothing leaked into the shared empty figures
