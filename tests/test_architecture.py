@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest_gpucompat
 
 PACKAGE = Path(pytest_gpucompat.__file__).resolve().parent
-MAX_LINES = 500
+# A backstop against a module that grew several concepts, set well above the largest module so that a split is
+# decided by what a module holds, never by its line count.
+MAX_LINES = 800
 
 
 def _module_name(path: Path) -> str:
