@@ -240,7 +240,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
         from .kb.lint import format_lint, lint_rules
 
         problems = lint_rules(rules)
-        print(format_lint(problems))
+        print(format_lint(problems, rules=rules))
         return 1 if any(p.problems for p in problems) else 0
     if args.json:
         print(json.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))

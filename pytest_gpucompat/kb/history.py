@@ -26,7 +26,9 @@ from ..common.inputs import load_file
 from ..common.paths import matrices_dir
 from ..common.versions import normalize_package, parse_version
 
-KINDS = ("flags", "env", "backends", "requires")
+KINDS = ("flags", "env", "backends", "requires", "anchors", "stack")
+"""``anchors``: per code anchor of a rule (its digest, ``kb.anchors``), the releases where it holds; ``stack``: per
+release build fact (CUDA, TensorRT, base container, driver floor) of an engine whose history is its release notes."""
 FORMAT = 1
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 UNKNOWN: Mapping[str, Any] = {"unknown": True}
@@ -152,9 +154,11 @@ class History:
                 for first, last, attrs in runs if first <= index <= last}
 
     def flag_for_dest(self, dest: str, index: int) -> tuple[str, Mapping[str, Any]] | None:
-        """The flag that sets engine setting ``dest`` (a keyword of the engine's Python API) in release ``index``."""
-        for name, attrs in sorted(self.flags_at(index).items()):
-            if attrs.get("dest") == dest and not name.startswith("--no-"):
+        """The flag that sets engine setting ``dest`` (a keyword of the engine's Python API) in release ``index``.
+        Looked up in the runs of that setting alone (``_by_dest``): asked per release and per setting, a scan of
+        every flag would make a lint quadratic in the size of the history."""
+        for name, first, last, attrs in _by_dest(self).get(dest, ()):
+            if first <= index <= last:
                 return name, attrs
         return None
 
@@ -168,6 +172,20 @@ class History:
 @lru_cache(maxsize=16)
 def _version_index(history: History) -> dict[Version, int]:
     return {r.version: i for i, r in enumerate(history.releases)}
+
+
+@lru_cache(maxsize=16)
+def _by_dest(history: History) -> dict[str, tuple[tuple[str, int, int, Mapping[str, Any]], ...]]:
+    """Per setting, the runs of the flags that set it (``--no-X`` left out), flags in name order."""
+    out: dict[str, list[tuple[str, int, int, Mapping[str, Any]]]] = {}
+    for name, runs in sorted(history.runs.get("flags", {}).items()):
+        if name.startswith("--no-"):
+            continue
+        for first, last, attrs in runs:
+            dest = attrs.get("dest")
+            if isinstance(dest, str):
+                out.setdefault(dest, []).append((name, first, last, attrs))
+    return {k: tuple(v) for k, v in out.items()}
 
 
 @lru_cache(maxsize=16)

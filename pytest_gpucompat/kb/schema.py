@@ -14,6 +14,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from ..common.versions import normalize_package
+from .bounds import Bounds
 
 SEVERITIES = ("broken", "degraded", "advice")
 FAILURES = ("crash", "hang", "error-at-start", "oom", "wrong-output", "slow", "memory", "fallback", "precision",
@@ -114,6 +115,8 @@ class Rule:
     # regular expressions, compiled on load (kb/signatures.py): any of them in a failed cell's reason or log tail
     # identifies the failure as this rule's
     signature: tuple[re.Pattern[str], ...] = ()
+    # what the rule's release window rests on (kb.bounds): lint computes the window and holds when.packages to it
+    bounds: Bounds | None = None
 
 
 @dataclass(frozen=True)
