@@ -74,20 +74,52 @@ def _matching(patterns: Iterable[str], paths: list[str]) -> list[str]:
 def evaluate(spec: Mapping[str, Any], text: str) -> dict[str, Any]:
     """One anchor against one file's text: ``{"holds": ...}`` and, for value and assert_in, the value read."""
     if "text" in spec:
-        return {"holds": _SPACE.sub(" ", spec["text"]).strip() in _SPACE.sub(" ", text)}
+        flat = _SPACE.sub(" ", text)
+        return {"holds": any(_SPACE.sub(" ", t).strip() in flat for t in _alternatives(spec["text"]))}
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return {"holds": False}
     if "code" in spec:
-        return {"holds": _has_code(tree, spec["code"])}
-    found = _value(tree, spec["value"]) if "value" in spec else _asserted(tree, spec["assert_in"])
+        return {"holds": any(_has_code(tree, c) for c in _alternatives(spec["code"]))}
+    if "string" in spec:
+        strings = _strings(tree)
+        return {"holds": any(want in s for want in _alternatives(spec["string"]) for s in strings)}
+    found = _MISSING
+    for alternative in _alternatives(spec["value"] if "value" in spec else spec["assert_in"]):
+        found = _value(tree, alternative) if "value" in spec else _asserted(tree, alternative)
+        if found is not _MISSING:
+            break
     if found is _MISSING:
         return {"holds": False}
     return {"holds": _test(spec, found), "value": found}
 
 
 _MISSING = object()
+
+
+def _alternatives(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    """Every string constant as the parser joined it; an f-string with ``{expression}`` for each value."""
+    out = []
+    inner = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for value in node.values:
+                inner.add(id(value))
+                if isinstance(value, ast.Constant):
+                    parts.append(str(value.value))
+                elif isinstance(value, ast.FormattedValue):
+                    inner.add(id(value.value))
+                    parts.append("{" + ast.unparse(value.value) + "}")
+            out.append("".join(parts))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inner:
+            out.append(node.value)
+    return out
 
 
 def _norm(node: ast.AST) -> str:
@@ -171,11 +203,17 @@ def _asserted(tree: ast.Module, expr: str) -> Any:
     ``if not``) in the file."""
     want = _norm(ast.parse(expr.strip(), mode="eval").body)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
-                and isinstance(node.test.ops[0], ast.In) and _norm(node.test.left) == want:
-            found = _literal(node.test.comparators[0])
-            if found is not _MISSING:
-                return found
+        if not isinstance(node, ast.Assert):
+            continue
+        # `assert x in {...}`, or one alternative of `assert x in {...} or x.startswith(...)`
+        tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) \
+            else [node.test]
+        for test in tests:
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In) \
+                    and _norm(test.left) == want:
+                found = _literal(test.comparators[0])
+                if found is not _MISSING:
+                    return found
     return _MISSING
 
 
@@ -185,6 +223,10 @@ def _test(spec: Mapping[str, Any], found: Any) -> bool:
         if isinstance(found, list) and isinstance(expected, list):
             return sorted(map(repr, found)) == sorted(map(repr, expected))
         return bool(found == expected)
+    if "at_least" in spec or "at_most" in spec:
+        if not isinstance(found, (int, float)) or isinstance(found, bool):
+            return False
+        return found >= spec["at_least"] if "at_least" in spec else found <= spec["at_most"]
     items = {str(v) for v in found} if isinstance(found, list) else {str(found)}
     if "contains" in spec:
         return set(spec["contains"]) <= items

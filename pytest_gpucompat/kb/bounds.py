@@ -6,11 +6,13 @@ not typed from the one release someone read.
   backend refuses every compute capability the rule's ``when`` names), or a build fact of an engine whose history is
   its release notes (``{release: cuda, matches: ">=12,<13"}``, ``{release: driver_floor, refuses: driver}``).
 - ``anchors``: a piece of engine code the rule rests on: a file of the released wheel (alternatives where the code
-  moved) and what must be found there: a literal (``text``), a statement or expression compared as syntax trees
-  (``code``), a literal's value (``value: Class.attr``, a method's or function's returned literal, a module
-  variable) or the collection an ``assert EXPR in {...}`` tests (``assert_in``), optionally tested with ``equals``,
-  ``contains`` or ``excludes``. ``tools/engine_history.py`` evaluates every anchor against every release it reads and
-  stores where it holds under the anchor's digest; lint only reads that (its time does not grow with the anchors).
+  moved) and what must be found there (a list: alternatives where the code changed form): a literal of the source
+  (``text``), a part of a string constant as the parser joins it (``string``: a message split over lines, an
+  f-string as ``{name}``), a statement or expression compared as syntax trees (``code``), a literal's value
+  (``value: Class.attr``, a method's or function's returned literal, a module variable) or the collection an
+  ``assert EXPR in {...}`` tests (``assert_in``), optionally tested with ``equals``, ``contains``, ``excludes``,
+  ``at_least`` or ``at_most``. ``tools/engine_history.py`` evaluates every anchor against every release it reads
+  and stores where it holds under the anchor's digest; lint only reads that (its time does not grow with anchors).
 - ``narrower``: why ``when.packages`` is deliberately narrower than the computed window (e.g. only that release was
   run); lint then accepts a range inside the window, and nothing outside it.
 
@@ -37,8 +39,8 @@ BACKEND_ATTRS = {"compute_capability": "compute_capability", "kv_cache_dtype": "
                  "dtype": "dtypes", "head_size": "head_sizes"}
 """A dimension -> the backend attribute of the release history that declares what the backend supports."""
 STACK_FIELDS = ("cuda", "trt", "container", "driver_floor", "driver_ga")
-ANCHOR_FINDS = ("text", "code", "value", "assert_in")
-ANCHOR_TESTS = ("equals", "contains", "excludes")
+ANCHOR_FINDS = ("text", "string", "code", "value", "assert_in")
+ANCHOR_TESTS = ("equals", "contains", "excludes", "at_least", "at_most")
 
 Fail = Callable[[str, str], Exception]
 
@@ -65,13 +67,14 @@ class Fact:
 class Anchor:
     files: tuple[str, ...]
     find: str  # one of ANCHOR_FINDS
-    what: str
+    what: tuple[str, ...]  # alternatives (the code changed form): any one found holds; the first found gives a value
     test: str | None = None  # one of ANCHOR_TESTS
     expected: Any = None
 
     def spec(self) -> dict[str, Any]:
         """The anchor as data: what the history tool evaluates and what its digest is of."""
-        out: dict[str, Any] = {"files": list(self.files), self.find: self.what}
+        out: dict[str, Any] = {"files": list(self.files),
+                               self.find: self.what[0] if len(self.what) == 1 else list(self.what)}
         if self.test is not None:
             out[self.test] = self.expected
         return out
@@ -82,7 +85,8 @@ class Anchor:
 
     def describe(self) -> str:
         test = f" {self.test} {json.dumps(self.expected)}" if self.test else ""
-        return f"{' | '.join(self.files)}: {self.find} {self.what!r}{test}"
+        what = " | ".join(repr(w) for w in self.what)
+        return f"{' | '.join(self.files)}: {self.find} {what}{test}"
 
 
 def anchor_digest(spec: Mapping[str, Any]) -> str:
@@ -188,27 +192,32 @@ def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:
     if len(finds) != 1:
         raise fail(where, f"needs exactly one of {', '.join(ANCHOR_FINDS)}")
     find = finds[0]
-    what = raw[find]
-    if not isinstance(what, str) or not what.strip():
-        raise fail(f"{where}.{find}", "must be a non-empty string")
-    if find in ("code", "assert_in"):
-        try:
-            ast.parse(what.strip(), mode="exec" if find == "code" else "eval")
-        except SyntaxError as exc:
-            raise fail(f"{where}.{find}", f"does not parse as Python: {exc.msg}") from None
-    if find == "value" and not all(part.isidentifier() for part in what.split(".")):
-        raise fail(f"{where}.value", "must be a dotted name: NAME, Class.NAME or Class.method")
+    raw_what = raw[find]
+    whats = raw_what if isinstance(raw_what, list) else [raw_what]
+    if not whats or not all(isinstance(w, str) and w.strip() for w in whats):
+        raise fail(f"{where}.{find}", "must be a non-empty string or a list of alternatives")
+    what = tuple(str(w).strip() for w in whats)
+    for w in what:
+        if find in ("code", "assert_in"):
+            try:
+                ast.parse(w, mode="exec" if find == "code" else "eval")
+            except SyntaxError as exc:
+                raise fail(f"{where}.{find}", f"does not parse as Python: {exc.msg}") from None
+        if find == "value" and not all(part.isidentifier() for part in w.split(".")):
+            raise fail(f"{where}.value", "must be a dotted name: NAME, Class.NAME or Class.method")
     tests = [k for k in ANCHOR_TESTS if k in raw]
     if len(tests) > 1:
         raise fail(where, f"takes at most one of {', '.join(ANCHOR_TESTS)}")
-    if tests and find in ("text", "code"):
+    if tests and find in ("text", "string", "code"):
         raise fail(f"{where}.{tests[0]}", f"tests a value: use it with value or assert_in, not {find}")
     test = tests[0] if tests else None
     expected = raw[test] if test else None
     if test in ("contains", "excludes"):
         expected = sorted(map(str, expected if isinstance(expected, list) else [expected]))
+    if test in ("at_least", "at_most") and (not isinstance(expected, (int, float)) or isinstance(expected, bool)):
+        raise fail(f"{where}.{test}", "must be a number")
     try:
         json.dumps(expected, allow_nan=False)
     except (TypeError, ValueError):
         raise fail(f"{where}.{test}", "must be a plain value (string, number, boolean, null or a list)") from None
-    return Anchor(files=tuple(str(f).strip() for f in items), find=find, what=what.strip(), test=test, expected=expected)
+    return Anchor(files=tuple(str(f).strip() for f in items), find=find, what=what, test=test, expected=expected)

@@ -127,6 +127,8 @@ def _lint_against_history(rule: Rule, history: History) -> LintResult | None:
     stated = {(attrs.get("dest"), f.name.partition("=")[2].lower()) for f in rule.flag_facts if "=" in f.name
               for attrs in _all_attrs(history, f.name)}
     for name, cond in rule.when.params:
+        if cond.values is not None and all(v is None for v in cond.values):
+            continue  # "not set" holds in a release without the setting too
         if name in settings and name not in scoped:
             values = [v for v in cond.values or () if not (isinstance(v, str) and (name, v.lower()) in stated)]
             problems += _setting_problems(name, values, span, history)

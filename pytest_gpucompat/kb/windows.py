@@ -65,8 +65,9 @@ def compute(rule: Rule, history: History) -> Window | None:
              for i, fact in enumerate(rule.bounds.facts)]
     parts += [_anchor_part(history, f"bounds.anchors[{i}]", anchor) for i, anchor in enumerate(rule.bounds.anchors)]
     scoped = _scoped_dests(rule, history)
-    for name, _ in rule.when.params:
-        if history.dest_known(name) and name not in scoped:
+    for name, cond in rule.when.params:
+        unset_only = cond.values is not None and all(v is None for v in cond.values)
+        if history.dest_known(name) and name not in scoped and not unset_only:  # "not set" needs no setting
             have = frozenset(i for i in read if history.flag_for_dest(name, i) is not None)
             parts.append(Part(f"when.params.{name}", f"setting {name} exists", have))
     releases: frozenset[int] | None = read
