@@ -166,7 +166,7 @@ class History:
         return dest in _dests(self)
 
     def dest_where(self, dest: str) -> str:
-        return self.ranges(_dests(self).get(dest, ()))
+        return self.ranges({i for _, first, last, _ in _dests(self).get(dest, ()) for i in range(first, last + 1)})
 
 
 @lru_cache(maxsize=16)
@@ -174,29 +174,38 @@ def _version_index(history: History) -> dict[Version, int]:
     return {r.version: i for i, r in enumerate(history.releases)}
 
 
-@lru_cache(maxsize=16)
-def _by_dest(history: History) -> dict[str, tuple[tuple[str, int, int, Mapping[str, Any]], ...]]:
+Runs = list[tuple[str, int, int, Mapping[str, Any]]]
+
+
+def _by_dest(history: History) -> Mapping[str, Runs]:
     """Per setting, the runs of the flags that set it (``--no-X`` left out), flags in name order."""
-    out: dict[str, list[tuple[str, int, int, Mapping[str, Any]]]] = {}
-    for name, runs in sorted(history.runs.get("flags", {}).items()):
-        if name.startswith("--no-"):
-            continue
-        for first, last, attrs in runs:
-            dest = attrs.get("dest")
-            if isinstance(dest, str):
-                out.setdefault(dest, []).append((name, first, last, attrs))
-    return {k: tuple(v) for k, v in out.items()}
+    return _dest_index(history)[0]
+
+
+def _dests(history: History) -> Mapping[str, Runs]:
+    """Per setting, the runs of every flag that sets it, ``--no-X`` included (what ``dest_known`` and
+    ``dest_where`` ask)."""
+    return _dest_index(history)[1]
 
 
 @lru_cache(maxsize=16)
-def _dests(history: History) -> dict[str, frozenset[int]]:
-    out: dict[str, set[int]] = {}
-    for runs in history.runs.get("flags", {}).values():
+def _dest_index(history: History) -> tuple[dict[str, Runs], dict[str, Runs]]:
+    """Both indexes in one pass over the flags' runs, nothing expanded per release."""
+    setting: dict[str, Runs] = {}
+    every: dict[str, Runs] = {}
+    for name, runs in history.runs.get("flags", {}).items():
+        negative = name.startswith("--no-")
         for first, last, attrs in runs:
             dest = attrs.get("dest")
             if isinstance(dest, str):
-                out.setdefault(dest, set()).update(range(first, last + 1))
-    return {k: frozenset(v) for k, v in out.items()}
+                run = (name, first, last, attrs)
+                every.setdefault(dest, []).append(run)
+                if not negative:
+                    setting.setdefault(dest, []).append(run)
+    for found in setting.values():
+        if len(found) > 1:
+            found.sort(key=lambda run: run[:3])
+    return setting, every
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -156,6 +157,8 @@ def _fact_part(rule: Rule, history: History, fld: str, fact: Fact, read: frozens
 
 def _when_values(rule: Rule, dim: str) -> tuple[str, ...]:
     w = rule.when
+    if dim == "driver":
+        return (str(w.driver),) if w.driver is not None else ()
     if dim == "compute_capability":
         spec = w.compute_capability
         return () if spec is None else tuple(c for c in KNOWN_CAPABILITIES if spec.contains(c, prereleases=True))
@@ -331,3 +334,26 @@ def _stretches(indexes: list[int], read: list[int]) -> list[list[int]]:
         else:
             out.append([i])
     return out
+
+
+def describe(rule: Rule, history: History | None) -> list[str]:
+    """``gpucompat rules ID``: what the rule's window rests on, where each part holds, and how its range compares."""
+    if rule.bounds is None:
+        return ["bounds: none (the release window is typed in when.packages, not computed)"]
+    if history is None:
+        return [f"bounds: {rule.engine} has no release history to compute the window from"]
+    window = compute(rule, history)
+    if window is None:
+        return [f"bounds: the rule is about {history.engine} absent"]
+    read = sum(1 for r in history.releases if r.read)
+    lines = [f"bounds, against {read} {history.engine} releases ({history.span()}, {Path(history.source).name}):"]
+    for part in window.parts:
+        holds = (history.ranges(part.holds) or "no release") if part.holds is not None else f"? {part.problem}"
+        lines.append(f"  {part.field}: {part.label}")
+        lines.append(f"    holds in {holds}")
+    where = "not computable" if window.releases is None else (history.ranges(window.releases) or "no release")
+    lines.append(f"window: {where}{suggest(history, window.releases or ())}")
+    lines.append(f"when.packages covers: {history.ranges(window.span) or 'no release'}")
+    if rule.bounds.narrower:
+        lines.append(f"narrower: {rule.bounds.narrower}")
+    return lines
