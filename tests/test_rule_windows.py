@@ -254,3 +254,57 @@ def test_lint_time_is_linear_in_the_history(tmp_path, monkeypatch):
     assert not [p for r in results for p in r.problems]
     assert elapsed < 30, f"lint of a 200,000-flag history took {elapsed:.1f} s"
     assert "0 with problems" in format_lint(results, known={"vllm": big})
+
+
+# ------------------------------------------------------------------------------------ anchors evaluated per file
+
+
+def _evaluate():  # type: ignore[no-untyped-def]
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    from _history_anchors import evaluate
+
+    return evaluate
+
+
+SOURCE = '''
+class FlashAttentionBackend:
+    supports_quant_query_input = True
+    DEFAULT = [16, 32]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        # a comment
+        return 80
+
+    def forward(self):
+        assert self.kv_cache_dtype in {"fp8_e4m3", "fp8"} or (self.kv_cache_dtype.startswith("nvfp4"))
+        raise ValueError(f"Selected backend {selected_backend} is not valid for "
+                         f"this configuration. Reason: {reasons}")
+'''
+
+
+@pytest.mark.parametrize(("spec", "holds", "value"), [
+    ({"text": "supports_quant_query_input   =  True"}, True, None),  # whitespace-insensitive
+    ({"string": "Selected backend {selected_backend} is not valid for this configuration"}, True, None),
+    ({"string": "not valid for this configuration!"}, False, None),
+    ({"code": 'assert self.kv_cache_dtype in {"fp8", "fp8_e4m3"} or self.kv_cache_dtype.startswith("nvfp4")'},
+     True, None),  # set order and parentheses do not matter
+    ({"code": ["x = 1", "supports_quant_query_input = True"]}, True, None),  # alternatives
+    ({"value": "FlashAttentionBackend.get_min_capability", "at_least": 75}, True, 80),
+    ({"value": ["Fp8Config.get_min_capability", "FlashAttentionBackend.get_min_capability"], "at_most": 75},
+     False, 80),
+    ({"value": "FlashAttentionBackend.DEFAULT", "equals": [32, 16]}, True, [16, 32]),
+    ({"assert_in": "self.kv_cache_dtype", "excludes": ["fp8_e5m2"]}, True, ["fp8", "fp8_e4m3"]),
+    ({"assert_in": "self.kv_cache_dtype", "contains": ["fp8_e5m2"]}, False, ["fp8", "fp8_e4m3"]),
+    ({"value": "Missing.attr"}, False, None),
+])
+def test_anchor_kinds(spec, holds, value):
+    found = _evaluate()({"files": ["x.py"], **spec}, SOURCE)
+    assert found["holds"] is holds
+    assert found.get("value") == value
+
+
+def test_an_anchor_in_a_file_that_does_not_parse_does_not_hold():
+    assert _evaluate()({"files": ["x.py"], "code": "x = 1"}, "def (:\n") == {"holds": False}

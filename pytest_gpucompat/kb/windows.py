@@ -126,8 +126,8 @@ def _fact_part(rule: Rule, history: History, fld: str, fact: Fact, read: frozens
     label = fact.describe()
     if not history.known(kind, fact.name):
         what = f"backend {fact.name!r}" if kind == "backends" else f"build fact {fact.name!r}"
-        return Part(f"{fld}.{fact.subject}", label, None, f"no {history.engine} release in {history.source} has "
-                                                           f"{what}")
+        return Part(f"{fld}.{fact.subject}", label, None, f"no {history.engine} release in "
+                                                           f"{Path(history.source).name} has {what}")
     if fact.test == "matches":
         spec = fact.spec
         assert spec is not None
@@ -266,8 +266,8 @@ def _anchor_part(history: History, fld: str, anchor: Anchor) -> Part:
     runs = history.runs.get("anchors", {}).get(anchor.digest)
     label = anchor.describe()
     if not runs:
-        return Part(fld, label, None, f"not evaluated in {history.source} (anchor {anchor.digest}): re-make it "
-                                      f"with tools/engine_history.py")
+        return Part(fld, label, None, f"not evaluated in {Path(history.source).name} (anchor {anchor.digest}): "
+                                      f"re-make it with tools/engine_history.py")
     if not any("file" in attrs for _, _, attrs in runs):
         return Part(f"{fld}.file", label, None, f"{' | '.join(anchor.files)} matches no file in any "
                                                 f"{history.engine} release ({history.span()})")
