@@ -308,3 +308,96 @@ def test_anchor_kinds(spec, holds, value):
 
 def test_an_anchor_in_a_file_that_does_not_parse_does_not_hold():
     assert _evaluate()({"files": ["x.py"], "code": "x = 1"}, "def (:\n") == {"holds": False}
+
+
+# --------------------------------------------------------------------------------- release notes -> history
+
+
+NOTES = """# Release Notes
+
+## TensorRT-LLM Release 1.1
+- The base Docker image for TensorRT-LLM is updated to `nvcr.io/nvidia/pytorch:25.10-py3`.
+
+## TensorRT-LLM Release 0.19.0
+  - The dependent NVIDIA ModelOpt version is updated to 0.27.
+
+## TensorRT-LLM Release 0.18.0
+  - The base Docker image for TensorRT-LLM is updated to `nvcr.io/nvidia/pytorch:25.03-py3`.
+  - The dependent TensorRT version is updated to 10.9.
+  - The dependent CUDA version is updated to 12.8.1.
+
+## TensorRT-LLM Release 0.16.0
+  - Updated to TensorRT v10.7.
+  - Updated to CUDA v12.6.3.
+"""
+
+
+def _notes_tool():  # type: ignore[no-untyped-def]
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import release_notes_history
+
+    return release_notes_history
+
+
+def test_release_notes_become_a_stack_history(tmp_path):
+    tool = _notes_tool()
+    (tmp_path / "notes.md").write_text(NOTES)
+    out = tmp_path / "h" / "tensorrt-llm-stack.json"
+    assert tool.main(["--release-notes", str(tmp_path / "notes.md"), "--output", str(out)]) == 0
+    history = load_history("tensorrt-llm-stack", out.parent)
+    assert history is not None and [r.text for r in history.releases] == ["0.16.0", "0.18.0", "0.19.0", "1.1.0"]
+    value = {r.text: {k: (history.item("stack", k, i) or {}).get("value") for k in ("cuda", "trt", "driver_floor")}
+             for i, r in enumerate(history.releases)}
+    assert value["0.16.0"] == {"cuda": "12.6.3", "trt": "10.7", "driver_floor": "525.60.13"}
+    assert value["0.19.0"] == {"cuda": "12.8.1", "trt": "10.9", "driver_floor": "525.60.13"}  # kept from 0.18.0
+    assert history.item("stack", "cuda", 2)["from"] == "0.18.0"
+    assert value["1.1.0"]["cuda"] == "13.0.2" and value["1.1.0"]["driver_floor"] == "580"  # its container's CUDA
+
+
+def test_release_notes_that_contradict_themselves_are_refused(tmp_path, capsys):
+    tool = _notes_tool()
+    (tmp_path / "notes.md").write_text(NOTES.replace("CUDA version is updated to 12.8.1", "CUDA version is updated "
+                                                                                           "to 12.9.0"))
+    assert tool.main(["--release-notes", str(tmp_path / "notes.md"), "--output", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert "0.18.0: CUDA 12.9.0 stated, container 25.03 has 12.8.1" in err and err.count("\n") == 1
+    (tmp_path / "empty.md").write_text("# nothing\n")
+    assert tool.main(["--release-notes", str(tmp_path / "empty.md"), "--output", str(tmp_path / "o.json")]) == 2
+    assert "no '## TensorRT-LLM Release X' section" in capsys.readouterr().err
+
+
+def test_the_history_tool_stores_where_each_anchor_holds(tmp_path):
+    """rules dir -> anchors -> per-release results read from the cached archives -> runs in the history."""
+    import sys
+    import zipfile
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import engine_history
+    from _history_anchors import read_anchored, rule_anchors
+    from _history_fetch import Artifact, Release
+    from packaging.version import Version
+
+    raw = shipped("vllm-v1-fp8-kv-triton-needs-sm89")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "r.yaml").write_text(yaml.safe_dump({"rules": [raw]}))
+    anchors = rule_anchors(tmp_path / "rules", "vllm")
+    assert len(anchors) == 1
+    message = 'raise ValueError(f"FP8 KV cache is not supported by the Triton attention backend "\n    f"on {dev}")\n'
+    texts = {"1.0": "x = 1\n", "1.1": message, "1.2": None}
+    releases, facts = [], {}
+    for version, text in texts.items():
+        archive = tmp_path / f"{version}.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            if text is not None:
+                zf.writestr("vllm/v1/attention/backends/triton_attn.py", text)
+            zf.writestr("vllm/other.py", "y = 2\n")
+        releases.append(Release(Version(version), version, Artifact(f"{version}.whl", "", "", 0, "", False)))
+        facts[version] = {"anchors": read_anchored(archive, anchors)}
+    runs = engine_history.compact(releases, facts)["anchors"]
+    digest = next(iter(anchors))
+    assert runs[digest] == [
+        {"first": "1.0", "last": "1.0", "file": "vllm/v1/attention/backends/triton_attn.py", "holds": False},
+        {"first": "1.1", "last": "1.1", "file": "vllm/v1/attention/backends/triton_attn.py", "holds": True},
+        {"first": "1.2", "last": "1.2", "holds": False}]
