@@ -3,14 +3,16 @@ requirements as committed data, read from the released artifacts on the package 
 importing any of them (the sources are read with `ast`).
 
     python tools/engine_history.py [--engine vllm|sglang] [--index-url URL] [--cache-dir DIR]
-                                   [--output-dir DIR] [--since VERSION] [--jobs N]
+                                   [--output-dir DIR] [--rules-dir DIR] [--since VERSION] [--jobs N]
 
 Releases come from the index's JSON simple API (--index-url, else PIP_INDEX_URL, else pip's default). Per release one
 artifact is read: an x86_64 Linux (or pure) wheel through HTTP Range requests, only its Python files and METADATA,
 else the sdist. What was fetched is cached by the artifact's sha256 (and what was extracted by sha256 and this tool's
 own source), so a re-run fetches only new releases. Writes matrices/history/<engine>.json: the releases, then for
 each flag / env var / backend / requirement its runs, the maximal stretches of consecutive read releases in which it
-exists with the same attributes (format described in pytest_gpucompat/kb/history.py).
+exists with the same attributes (format described in pytest_gpucompat/kb/history.py). The code anchors of the rules
+about the engine (``bounds.anchors`` in --rules-dir, kb/bounds.py) are evaluated against every release read, from the
+cache, and stored the same way under ``anchors``: re-run the tool after adding or changing an anchor.
 """
 
 from __future__ import annotations
