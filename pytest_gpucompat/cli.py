@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(rules.add_argument, "", CLI["rules"], cli=True)
     from .engines.registry import kb_engine_names
 
+    rules.add_argument("ids", nargs="*", metavar="ID",
+                       help="show these rules in full: conditions, flags, and the anchors and facts their release "
+                            "window is computed from, with where each holds")
     rules.add_argument("--engine", help=f"{', '.join(kb_engine_names())}, or none")
     rules.add_argument("--severity", choices=("broken", "degraded", "advice"))
     rules.add_argument("--confidence", choices=("documents", "upstream", "verified"))
@@ -264,11 +267,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
         raise InputError("--engine", None, f"unknown engine {args.engine!r} (known: {', '.join(known)})")
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     rules = filter_rules(kb.rules, engine=args.engine, severity=args.severity, confidence=args.confidence)
+    if args.ids:
+        return _show_rules(kb, args.ids, args.json)
     if args.lint:
         from .kb.lint import format_lint, lint_rules
 
         problems = lint_rules(rules)
-        print(format_lint(problems))
+        print(format_lint(problems, rules=rules))
         return 1 if any(p.problems for p in problems) else 0
     if args.json:
         print(jsontext.dumps([finding_for(r).to_dict() | {"file": r.file} for r in rules], indent=2))
@@ -313,6 +318,42 @@ def rules_table(rows: Sequence[tuple[str, str, str, str, str]], width: int | Non
             lines.append(fit(cells(row).rstrip(), width).rstrip("\n"))
             lines += textwrap.wrap(row[4], width, initial_indent="    ", subsequent_indent="    ")
     return lines
+
+
+def _show_rules(kb: Any, ids: list[str], as_json: bool) -> int:
+    """`gpucompat rules ID ...`: each rule in full, with its computed window and its lint problems."""
+    from .kb import finding_for
+    from .kb.describe import describe_when
+    from .kb.history import histories
+    from .kb.lint import lint_rules, stack_history
+    from .kb.windows import describe
+
+    by_id = kb.by_id()
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise InputError("rules", None, f"no rule {unknown[0]!r} (gpucompat rules lists them)")
+    found = histories()
+    out = []
+    for rule_id in ids:
+        rule = by_id[rule_id]
+        history = (found.get(rule.engine) or stack_history(rule.engine, found)) if rule.engine else None
+        problems = [p for r in lint_rules([rule], known=found) for p in r.problems]
+        if as_json:
+            out.append(finding_for(rule).to_dict() | {"file": rule.file, "window": describe(rule, history),
+                                                      "lint": problems})
+            continue
+        print(f"{rule.id} ({rule.severity}, {rule.confidence}, {rule.engine or 'no engine'}): {rule.summary}")
+        print(f"when: {describe_when(rule) or 'always'}")
+        if rule.flag_facts:
+            print("flags: " + ", ".join(f.name + (f" ({f.versions})" if f.versions is not None else
+                                                  " (none)" if f.nowhere else "") for f in rule.flag_facts))
+        for line in describe(rule, history):
+            print(line)
+        print("lint: " + ("; ".join(problems) if problems else "no problem"))
+        print()
+    if as_json:
+        print(jsontext.dumps(out, indent=2))
+    return 1 if any(r.problems for r in lint_rules([by_id[i] for i in ids], known=found)) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -384,7 +384,7 @@ def test_output_is_diff_friendly_and_byte_identical(tmp_path: Path) -> None:
     assert texts[0] == texts[1]
     doc = json.loads(texts[0])
     assert list(doc) == ["format", "engine", "package", "tool", "tool_version", "releases", "flags", "env",
-                         "backends", "requires"]
+                         "backends", "requires", "anchors"]
     assert doc["releases"][1]["error"] == "OSError: gone" and list(doc["flags"]) == ["--a", "--b"]
     lines = texts[0].decode().splitlines()  # one run per line, one release per line
     assert '   {"first": "1.0", "last": "1.0", "choices": ["x", "é"], "dest": "a"}' in lines

@@ -3,14 +3,16 @@ requirements as committed data, read from the released artifacts on the package 
 importing any of them (the sources are read with `ast`).
 
     python tools/engine_history.py [--engine vllm|sglang] [--index-url URL] [--cache-dir DIR]
-                                   [--output-dir DIR] [--since VERSION] [--jobs N]
+                                   [--output-dir DIR] [--rules-dir DIR] [--since VERSION] [--jobs N]
 
 Releases come from the index's JSON simple API (--index-url, else PIP_INDEX_URL, else pip's default). Per release one
 artifact is read: an x86_64 Linux (or pure) wheel through HTTP Range requests, only its Python files and METADATA,
 else the sdist. What was fetched is cached by the artifact's sha256 (and what was extracted by sha256 and this tool's
 own source), so a re-run fetches only new releases. Writes matrices/history/<engine>.json: the releases, then for
 each flag / env var / backend / requirement its runs, the maximal stretches of consecutive read releases in which it
-exists with the same attributes (format described in pytest_gpucompat/kb/history.py).
+exists with the same attributes (format described in pytest_gpucompat/kb/history.py). The code anchors of the rules
+about the engine (``bounds.anchors`` in --rules-dir, kb/bounds.py) are evaluated against every release read, from the
+cache, and stored the same way under ``anchors``: re-run the tool after adding or changing an anchor.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if str(_TOOLS) not in sys.path:  # the helpers are siblings of this script; tool
     sys.path.insert(0, str(_TOOLS))
 
 import requests  # noqa: E402
+from _history_anchors import ANCHOR_KINDS, read_anchored, rule_anchors  # noqa: E402
 from _history_ast import Project  # noqa: E402
 from _history_exec import Interpreter  # noqa: E402
 from _history_facts import extract_backends, extract_env, extract_requires  # noqa: E402
@@ -45,8 +48,9 @@ from packaging.version import InvalidVersion, Version  # noqa: E402
 FORMAT = 1
 TOOL = "tools/engine_history.py"
 TOOL_VERSION = "1"
-KINDS = ("flags", "env", "backends", "requires")
+KINDS = ("flags", "env", "backends", "requires", *ANCHOR_KINDS)
 DEFAULT_OUTPUT = _TOOLS.parent / "matrices" / "history"
+DEFAULT_RULES = _TOOLS.parent / "matrices" / "rules"
 DEFAULT_CACHE = Path("~/.cache/gpucompat-engine-history")
 _URL = re.compile(r"^=?(https?|ftp|wss?|grpcs?)://", re.IGNORECASE)
 
@@ -66,10 +70,15 @@ ENGINES = {
 }
 
 
+NOT_EXTRACTION = ("_history_anchors.py",)
+"""Helpers whose results are never cached (anchors are evaluated on every run): they do not key the cache."""
+
+
 def tool_hash() -> str:
     """A digest of this tool's code: extraction results cached under it are re-made when the code changes."""
     digest = hashlib.sha256()
-    for path in sorted([Path(__file__).resolve(), *_TOOLS.glob("_history_*.py")]):
+    for path in sorted([Path(__file__).resolve(), *(p for p in _TOOLS.glob("_history_*.py")
+                                                    if p.name not in NOT_EXTRACTION)]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -250,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-url", help="PEP 691 simple index (default: PIP_INDEX_URL, else pip's default)")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="fetched sources and extracted facts")
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT, help="where <engine>.json is written")
+    parser.add_argument("--rules-dir", type=Path, default=DEFAULT_RULES,
+                        help="rule files whose code anchors are evaluated against every release")
     parser.add_argument("--since", help="first version to read (default: 0.2.0 for vLLM, 0.1.12 for SGLang)")
     parser.add_argument("--jobs", type=int, default=4, help="parallel downloads (extraction uses at most the CPUs)")
     args = parser.parse_args(argv)
@@ -269,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         releases, facts, fetched = collect(engine, index_url, cache_dir, since_override or Version(engine.since),
                                            max(1, args.jobs), log)
+        anchors = rule_anchors(args.rules_dir, engine.name)
+        for release in releases:
+            if release.text in facts and release.artifact is not None:
+                zip_path = cache_dir / engine.package / f"{_key(release)}.zip"
+                facts[release.text] = {**facts[release.text], "anchors": read_anchored(zip_path, anchors)}
         runs = compact(releases, facts)
         out = args.output_dir / f"{engine.name}.json"
         text = render(engine, releases, runs)
@@ -277,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(
             f"{engine.name}: {len(releases)} releases ({len(releases) - len(unread)} read, {len(unread)} unread), "
             f"{len(runs['flags'])} flags, {len(runs['env'])} env vars, {len(runs['backends'])} backends, "
-            f"{len(runs['requires'])} requirements; fetched {fetched / 1e6:.1f} MB; wrote {out} "
+            f"{len(runs['requires'])} requirements, {len(anchors)} code anchors; fetched {fetched / 1e6:.1f} MB; "
+            f"wrote {out} "
             f"({len(text.encode()) / 1e6:.2f} MB) in {time.monotonic() - started:.0f} s")
     for line in summaries:
         log(line)

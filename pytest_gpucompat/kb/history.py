@@ -28,7 +28,9 @@ from ..common.inputs import bool_field, describe_value, load_file, text_field
 from ..common.paths import matrices_dir
 from ..common.versions import normalize_package, parse_version
 
-KINDS = ("flags", "env", "backends", "requires")
+KINDS = ("flags", "env", "backends", "requires", "anchors", "stack")
+"""``anchors``: per code anchor of a rule (its digest, ``kb.anchors``), the releases where it holds; ``stack``: per
+release build fact (CUDA, TensorRT, base container, driver floor) of an engine whose history is its release notes."""
 FORMAT = 1
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 UNKNOWN: Mapping[str, Any] = {"unknown": True}
@@ -154,9 +156,11 @@ class History:
                 for first, last, attrs in runs if first <= index <= last}
 
     def flag_for_dest(self, dest: str, index: int) -> tuple[str, Mapping[str, Any]] | None:
-        """The flag that sets engine setting ``dest`` (a keyword of the engine's Python API) in release ``index``."""
-        for name, attrs in sorted(self.flags_at(index).items()):
-            if attrs.get("dest") == dest and not name.startswith("--no-"):
+        """The flag that sets engine setting ``dest`` (a keyword of the engine's Python API) in release ``index``.
+        Looked up in the runs of that setting alone (``_by_dest``): asked per release and per setting, a scan of
+        every flag would make a lint quadratic in the size of the history."""
+        for name, first, last, attrs in _by_dest(self).get(dest, ()):
+            if first <= index <= last:
                 return name, attrs
         return None
 
@@ -164,7 +168,7 @@ class History:
         return dest in _dests(self)
 
     def dest_where(self, dest: str) -> str:
-        return self.ranges(_dests(self).get(dest, ()))
+        return self.ranges({i for _, first, last, _ in _dests(self).get(dest, ()) for i in range(first, last + 1)})
 
 
 @lru_cache(maxsize=16)
@@ -172,15 +176,38 @@ def _version_index(history: History) -> dict[Version, int]:
     return {r.version: i for i, r in enumerate(history.releases)}
 
 
+Runs = list[tuple[str, int, int, Mapping[str, Any]]]
+
+
+def _by_dest(history: History) -> Mapping[str, Runs]:
+    """Per setting, the runs of the flags that set it (``--no-X`` left out), flags in name order."""
+    return _dest_index(history)[0]
+
+
+def _dests(history: History) -> Mapping[str, Runs]:
+    """Per setting, the runs of every flag that sets it, ``--no-X`` included (what ``dest_known`` and
+    ``dest_where`` ask)."""
+    return _dest_index(history)[1]
+
+
 @lru_cache(maxsize=16)
-def _dests(history: History) -> dict[str, frozenset[int]]:
-    out: dict[str, set[int]] = {}
-    for runs in history.runs.get("flags", {}).values():
+def _dest_index(history: History) -> tuple[dict[str, Runs], dict[str, Runs]]:
+    """Both indexes in one pass over the flags' runs, nothing expanded per release."""
+    setting: dict[str, Runs] = {}
+    every: dict[str, Runs] = {}
+    for name, runs in history.runs.get("flags", {}).items():
+        negative = name.startswith("--no-")
         for first, last, attrs in runs:
             dest = attrs.get("dest")
             if isinstance(dest, str):
-                out.setdefault(dest, set()).update(range(first, last + 1))
-    return {k: frozenset(v) for k, v in out.items()}
+                run = (name, first, last, attrs)
+                every.setdefault(dest, []).append(run)
+                if not negative:
+                    setting.setdefault(dest, []).append(run)
+    for found in setting.values():
+        if len(found) > 1:
+            found.sort(key=lambda run: run[:3])
+    return setting, every
 
 
 # --------------------------------------------------------------------------------------------------------------

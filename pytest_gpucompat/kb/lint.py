@@ -10,7 +10,11 @@ something of an engine that has a release history:
   exactly the releases SPEC accepts, which checks both sides of each bound;
 - every flag and engine variable the workaround or the summary names must be listed in ``flags``;
 - every engine setting in ``when.params`` must exist in every release of the range, and each value the rule names
-  must be one of its choices where the release states them.
+  must be one of its choices where the release states them;
+- the range must agree with the rule's own ``flags`` entry for a setting it conditions on (kb.windows), and, for a
+  rule with ``bounds``, equal the window its facts and code anchors give, in both directions (kb.windows).
+
+Everything is read from the histories' runs, once per rule: lint time grows linearly with the history's size.
 
 An engine without a history falls back to the installed engine's ``--help`` (flags only).
 
@@ -29,11 +33,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..common.textfit import fit
-from ..common.versions import normalize_package
 from ..engines.registry import descriptor, help_commands, normalize_dtype
 from ..machine.stack import installed_packages
-from .history import History, histories, is_env_name, norm_flag
-from .schema import FlagFact, Rule
+from .history import History, histories, is_env_name, load_history, norm_flag
+from .schema import CONFIDENCES, FlagFact, Rule
+from .windows import flag_contradictions, rule_span, window_problems
 
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z0-9][\w-]*")
 
@@ -57,15 +61,39 @@ def lint_rules(rules: Iterable[Rule], installed: Sequence[str] | None = None,
         if rule.engine is None:
             continue
         history = found.get(rule.engine)
+        result: LintResult | None = None
         if history is not None:
             result = _lint_against_history(rule, history)
-            if result is not None:
-                results.append(result)
-            continue
-        names = [f for f in rule.flags if f.startswith("--")]
-        if names:
-            results.append(_lint_against_help(rule, names, installed))
+        else:
+            names = [f for f in rule.flags if f.startswith("--")]
+            if names:
+                result = _lint_against_help(rule, names, installed)
+        bounded = _lint_bounds(rule, history if history is not None else stack_history(rule.engine, found))
+        if bounded is not None:
+            result = bounded if result is None else LintResult(
+                rule.id, result.engine, True, result.problems + bounded.problems, against=bounded.against)
+        if result is not None:
+            results.append(result)
     return results
+
+
+def stack_history(engine: str, known: Mapping[str, History] | None = None) -> History | None:
+    """An engine's release facts read from its release notes (``<engine>-stack.json``), where it has no code
+    history: the windows of its rules are computed from them."""
+    key = f"{engine}-stack"
+    if known is not None and key in known:
+        return known[key]
+    return load_history(key)
+
+
+def _lint_bounds(rule: Rule, history: History | None) -> LintResult | None:
+    if rule.bounds is None:
+        return None
+    engine = rule.engine or ""
+    if history is None:
+        return LintResult(rule.id, engine, True, (f"bounds: {engine} has no release history to compute the "
+                                                  f"window from",), against="history")
+    return LintResult(rule.id, engine, True, tuple(window_problems(rule, history)), against="history")
 
 
 def named_in_text(rule: Rule) -> list[str]:
@@ -80,14 +108,6 @@ def named_in_text(rule: Rule) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _range_of(rule: Rule, history: History) -> list[int] | None:
-    """The read releases the rule covers; None when the rule is about the engine being absent."""
-    for package, spec in rule.when.packages:
-        if normalize_package(package) == history.package:
-            return None if spec is None else history.in_range(spec if str(spec) else None)
-    return history.in_range(None)
-
-
 def _lint_against_history(rule: Rule, history: History) -> LintResult | None:
     settings = [name for name, _ in rule.when.params if history.dest_known(name)]
     facts = [f for f in rule.flag_facts if f.name.startswith("--") or is_env_name(f.name)]
@@ -96,11 +116,12 @@ def _lint_against_history(rule: Rule, history: History) -> LintResult | None:
     unlisted = [n for n in named_in_text(rule) if n not in listed]
     if not (settings or facts or unlisted):
         return None
-    span = _range_of(rule, history)
+    span = rule_span(rule, history)
     if span is None:
         return LintResult(rule.id, rule.engine or "", False, reason=f"the rule is about {history.engine} absent")
     problems = [f"the workaround or summary names {n}: list it in flags (with versions where it is not in every "
                 f"release the rule covers)" for n in unlisted]
+    problems += flag_contradictions(rule, history, span)
     for fact in facts:
         problems += _fact_problems(fact, span, history)
     scoped = {attrs.get("dest") for f in rule.flag_facts if (f.versions is not None or f.nowhere)
@@ -108,6 +129,8 @@ def _lint_against_history(rule: Rule, history: History) -> LintResult | None:
     stated = {(attrs.get("dest"), f.name.partition("=")[2].lower()) for f in rule.flag_facts if "=" in f.name
               for attrs in _all_attrs(history, f.name)}
     for name, cond in rule.when.params:
+        if cond.values is not None and all(v is None for v in cond.values):
+            continue  # "not set" holds in a release without the setting too
         if name in settings and name not in scoped:
             values = [v for v in cond.values or () if not (isinstance(v, str) and (name, v.lower()) in stated)]
             problems += _setting_problems(name, values, span, history)
@@ -141,7 +164,8 @@ def _fact_problems(fact: FlagFact, span: list[int], history: History) -> list[st
     if fact.nowhere:
         return [f"{fact.name}: the rule says no {history.engine} release {what}; {where} do"] if have else []
     if fact.versions is None:
-        missing = [i for i in span if i not in set(have)]
+        present = set(have)
+        missing = [i for i in span if i not in present]
         if missing:
             return [f"{fact.name}: {history.engine} {history.ranges(missing)} (which the rule covers) lacks it; "
                     f"{where} {what}"]
@@ -206,8 +230,24 @@ def engine_flags(engine: str) -> frozenset[str] | None:
     return frozenset(flags) if flags else None
 
 
+def bounds_summary(rules: Iterable[Rule], known: Mapping[str, History] | None = None) -> str:
+    """How many upstream / verified rules about an engine have a computed window (facts or code anchors), and
+    against how many releases each engine's windows were computed."""
+    found = dict(known) if known is not None else histories()
+    about = [r for r in rules if r.engine is not None and r.confidence in CONFIDENCES[1:]]
+    bounded = [r for r in about if r.bounds is not None]
+    per_engine = []
+    for engine in sorted({r.engine for r in bounded if r.engine}):
+        history = found.get(engine) or stack_history(engine, found)
+        n = sum(1 for r in bounded if r.engine == engine)
+        releases = f"{sum(1 for x in history.releases if x.read)} releases" if history else "no history"
+        per_engine.append(f"{engine} {n} ({releases})")
+    return (f"{len(bounded)} of {len(about)} upstream/verified engine rules have a window computed from the released "
+            f"code or release notes: {', '.join(per_engine) or 'none'}")
+
+
 def format_lint(results: Sequence[LintResult], known: Mapping[str, History] | None = None,
-                width: int | None = None) -> str:
+                width: int | None = None, rules: Sequence[Rule] | None = None) -> str:
     found = dict(known) if known is not None else histories()
     lines = []
     for r in results:
@@ -221,4 +261,6 @@ def format_lint(results: Sequence[LintResult], known: Mapping[str, History] | No
                      f"an installed engine's --help: {flagged} with problems", width))
     lines.extend(fit(f"not checked: {reason} ({n} rules)", width)
                  for reason, n in sorted(Counter(r.reason for r in results if not r.checked).items()))
+    if rules is not None:
+        lines.append(fit(bounds_summary(rules, found), width))
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from ..common.inputs import as_text, load_file, text_field
 from ..common.paths import matrices_dir
 from ..common.versions import norm_value, normalize_package, parse_specifier
 from ..engines.registry import kb_engine_names
+from .bounds import parse_bounds
 from .schema import (
     CONFIDENCES,
     FAILURES,
@@ -41,7 +42,7 @@ from .schema import (
 from .signatures import compile_signature
 
 _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
-              "flags", "confidence", "claims", "note", "sources"}
+              "flags", "confidence", "claims", "note", "sources", "bounds"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
 _WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
               "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs", "install", "model_shape"}
@@ -217,6 +218,7 @@ def parse_rule(raw: Any, source: str, index: int = 0) -> Rule:
         note=_opt_str(raw.get("note"), fail, "note"),
         file=source,
         signature=signature,
+        bounds=parse_bounds(raw.get("bounds"), fail),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from ..common.versions import normalize_package
+from .bounds import Bounds
 from .linear_regex import LinearPattern
 
 SEVERITIES = ("broken", "degraded", "advice")
@@ -116,6 +117,8 @@ class Rule:
     # regular expressions, compiled on load by RE2 (kb/signatures.py): any of them in a failed cell's reason or log
     # tail identifies the failure as this rule's
     signature: tuple[LinearPattern, ...] = ()
+    # what the rule's release window rests on (kb.bounds): lint computes the window and holds when.packages to it
+    bounds: Bounds | None = None
 
 
 @dataclass(frozen=True)
