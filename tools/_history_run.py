@@ -264,7 +264,10 @@ class Runner(Evaluator):
                 raise Unknowable("unpacking")
             for t, v in zip(target.elts, values):
                 self.assign(t, v, mod, env)
-        # attribute and item stores change state the selection does not read: not modelled
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                isinstance(env.get(target.value.id), Mod) and env[target.value.id].name == "<object>":
+            env[target.value.id].ns[target.attr] = value  # `self.x = ...` on an object with stated attributes
+        # other attribute and item stores change state the selection does not read: not modelled
 
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from _history_ast import Project
 from _history_run import Runner
-from _history_runtypes import Cls, Ext, Func, Machine, Member, Mod, Raised, Unknowable
+from _history_runtypes import _UNKNOWN, Cls, Ext, Func, Machine, Member, Mod, Raised, Unknowable
 
 FORMAT = 1
 CAPABILITIES = ((6, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0),
@@ -191,26 +191,100 @@ def _backend(runner: Runner, member: Member, cap: Any, decoder: Any, kvs: list[s
                 found[dtype, kv] = [f"unknown: {_short(exc)}"]
     out: dict[str, Any] = {"class": f"{cls.mod.name}.{cls.name}", "reasons": factor(found, kvs),
                            "head_sizes": _heads(runner, cls)}
-    accepted = {kv for (_, kv), reasons in found.items() if not reasons}
+    accepted = [kv for kv in kvs if any(not found.get((d, kv), ["?"]) for d in DTYPES)]
+    refusals = _init_refusals(runner, cls, accepted)
+    if refusals:
+        out["refuses_at_init"] = refusals
     asserts = {kv: text for kv, text in _forward_asserts(runner, cls, kvs).items() if kv in accepted}
     if asserts:
         out["asserts_at_forward"] = asserts
     return out
 
 
+def _merge_orders(lists: list[list[str]]) -> list[str]:
+    """One order of every reason that keeps each list's own order (the order validate_configuration checks in):
+    a topological sort of the lists' consecutive pairs, ties broken by first appearance."""
+    seen: list[str] = []
+    after: dict[str, set[str]] = {}
+    for reasons in lists:
+        for r in reasons:
+            if r not in seen:
+                seen.append(r)
+        for a, b in zip(reasons, reasons[1:]):
+            after.setdefault(b, set()).add(a)
+    out: list[str] = []
+    while len(out) < len(seen):
+        ready = [r for r in seen if r not in out and after.get(r, set()) <= set(out)]
+        out.append(ready[0] if ready else next(r for r in seen if r not in out))  # a cycle: first seen
+    return out
+
+
+def _init_refusals(runner: Runner, cls: Cls, kvs: list[str]) -> dict[str, str]:
+    """KV-cache dtypes the backend's implementation refuses when the attention layers are built, after the
+    selector chose it: a `raise` its `__init__` reaches with only the KV-cache dtype and the machine known (a test
+    that needs anything else is not followed, so what is written is reached for certain)."""
+    try:
+        impl = runner.call(runner.attr(cls, "get_impl_cls"), [], {})
+    except (Unknowable, Raised):
+        return {}
+    init = next(((c, f) for c in impl.mro() for f in c.node.body
+                 if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None) if isinstance(impl, Cls) else None
+    if init is None:
+        return {}
+    owner, func = init
+    out: dict[str, str] = {}
+    for kv in kvs:
+        env: dict[str, Any] = {a.arg: _UNKNOWN for a in [*func.args.args, *func.args.kwonlyargs]}
+        env.update({"self": _Bag(runner, {"kv_cache_dtype": kv}), "kv_cache_dtype": kv, "__class__": owner})
+        found = _reached_raise(runner, func.body, owner.mod, env)
+        if found is not None:
+            out[kv] = found
+    return out
+
+
+def _reached_raise(runner: Runner, body: list[ast.stmt], mod: Mod, env: dict[str, Any]) -> str | None:
+    """The `raise` a block reaches for certain (its exception and message), running what can be run and leaving
+    out what cannot (an unknown `if` is not entered)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Raise):
+            try:
+                runner.exec_stmt(stmt, mod, env)
+            except Raised as exc:
+                return f"{exc.kind}: {exc.message}"
+            except Unknowable:
+                return _template(stmt)
+            return None
+        if isinstance(stmt, ast.If):
+            try:
+                taken = runner.truth(runner.ev(stmt.test, mod, env))
+            except (Unknowable, Raised):
+                continue
+            found = _reached_raise(runner, stmt.body if taken else stmt.orelse, mod, env)
+            if found is not None:
+                return found
+            continue
+        if isinstance(stmt, (ast.Return,)):
+            return None
+        try:
+            runner.exec_stmt(stmt, mod, env)
+        except (Unknowable, Raised):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    if isinstance(target, ast.Name):
+                        env[target.id] = _UNKNOWN
+    return None
+
+
+def _template(stmt: ast.Raise) -> str:
+    text = _raise_text(stmt)
+    return f"{text['error']}: {text['message']}"
+
+
 def factor(found: dict[tuple[str, str], list[str]], kvs: list[str]) -> dict[str, Any]:
     """Why a backend is invalid per (model dtype, KV-cache dtype), factored: the reasons of (bfloat16, auto), those
     a dtype adds, those a KV-cache dtype adds, and any pair that is not their union, with the order the release
     lists reasons in. `kb.predict.reasons` puts them back together."""
-    order: list[str] = []
-    for reasons in found.values():
-        at = -1
-        for r in reasons:
-            if r in order:
-                at = order.index(r)
-            else:
-                at += 1
-                order.insert(at, r)
+    order = _merge_orders(list(found.values()))
     base = found.get(("bfloat16", "auto"), [])
     by_dtype = {d: [r for r in found[d, "auto"] if r not in base] for d in DTYPES if (d, "auto") in found}
     by_kv = {k: [r for r in found["bfloat16", k] if r not in base] for k in kvs if ("bfloat16", k) in found}

@@ -70,13 +70,17 @@ class Prediction:
 
     @property
     def outcome(self) -> str:
-        """``chosen``, ``refused``, ``asserts`` (chosen, then fails at its first forward pass) or ``unknown``."""
+        """``chosen``; ``refused`` (the selector refuses); ``refused-at-init`` (chosen, then its implementation refuses
+        the KV-cache dtype when the attention layers are built); ``asserts`` (chosen, then fails at its first forward
+        pass); ``unknown``; ``depends`` (the setting leaves it open: see ``alternatives``)."""
         if self.alternatives:
             return "depends"
         if self.unknown is not None:
             return "unknown"
         if self.backend is None:
             return "refused"
+        if self.kv_cache and self.kv_cache.startswith("refused"):
+            return "refused-at-init"
         return "asserts" if self.kv_cache and self.kv_cache.startswith("fails") else "chosen"
 
     def to_json(self) -> dict[str, Any]:
@@ -271,6 +275,9 @@ def _head_ok(ranges: Any, head: int) -> bool:
 
 
 def _kv(info: Mapping[str, Any] | None, s: Setting) -> str | None:
+    refused = (info or {}).get("refuses_at_init", {}).get(s.kv_cache_dtype)
+    if refused is not None:
+        return f"refused when the attention layers are built: {refused}"
     text = (info or {}).get("asserts_at_forward", {}).get(s.kv_cache_dtype)
     if text is None:
         return None
