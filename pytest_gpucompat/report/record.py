@@ -271,7 +271,8 @@ class CellRecord:
             predicted = "no single backend predicted"
         else:
             predicted = f"{p.get('attention_backend') or 'a refusal'} predicted"
-        verdict = {True: "as predicted", False: "prediction differs"}.get(p.get("matches"), "not compared")
+        matches = p.get("matches")
+        verdict = "as predicted" if matches is True else "prediction differs" if matches is False else "not compared"
         return f"attention {p.get('reported') or 'not reported'} reported, {predicted} ({verdict})"
 
     @property
