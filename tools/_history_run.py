@@ -106,6 +106,10 @@ class Runner(Evaluator):
                     value = self.call(target.ns["__getattr__"], [alias.name], {})
                 elif self.project.by_module.get(base, "").endswith("__init__.py"):
                     value = Ext(sub)  # a compiled extension module of the package (`from . import _vllm_fa2_C`)
+                elif not target.done:
+                    # a module still running its own imports (a circular import): this interpreter does not run
+                    # parent packages first as Python does, so the name is unknown here, not an ImportError
+                    value = _UNKNOWN
                 else:
                     raise Raised("ImportError", f"cannot import name '{alias.name}' from '{base}'")
             elif sub == "typing.TYPE_CHECKING":

@@ -27,7 +27,7 @@ from ..common.inputs import load_file
 from ..common.paths import matrices_dir
 
 FORMAT = 1
-_CAP = re.compile(r"^\s*(?:sm_?)?(\d{1,2})(?:\.(\d))?\s*$")
+_CAP = re.compile(r"^\s*(?:sm_?)?(\d{1,3})(?:\.(\d))?\s*$")
 _DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float16": "float16", "bf16": "bfloat16",
                   "bfloat16": "bfloat16", "float": "float32", "fp32": "float32", "float32": "float32"}
 _BACKEND = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
