@@ -206,6 +206,7 @@ def format_fingerprint(fp: Fingerprint) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .kb import check, evaluate_machine, load_kb
+    from .kb.predict import machine_predictions
     from .machine import fingerprint
 
     if args.to and not args.args:
@@ -216,14 +217,16 @@ def cmd_check(args: argparse.Namespace) -> int:
         return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
     if args.json:  # the whole document, filtered by --severity; --quiet is for people, not for JSON readers
-        docs = [check.to_json(fp, found, args.severity) for fp, found in results]
+        docs = [{**check.to_json(fp, found, args.severity), "predictions": machine_predictions(fp)}
+                for fp, found in results]
         print(jsontext.dumps(docs[0] if len(docs) == 1 else {"fleet": docs}, indent=2))
     elif args.quiet:
         print(check.format_quiet(results))
     elif len(results) > 1:
         print(check.format_fleet(results, severity=args.severity))
     else:
-        print(check.format_findings(*results[0], severity=args.severity))
+        fp, found = results[0]
+        print(_with_predictions(check.format_findings(fp, found, severity=args.severity), fp))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
 
 
@@ -232,6 +235,7 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     with that release and the command line's settings (kb.cmdline)."""
     from .kb import check, evaluate_machine
     from .kb.cmdline import check_command, engine_of, format_command_check, parse_target, split_args, target_fingerprint
+    from .kb.predict import machine_predictions
 
     if len(fleet) != 1:
         raise InputError("--env", None, "--args checks one machine: give a fingerprint file of one runner")
@@ -246,15 +250,24 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     checked = replace(checked, assumed=assumed)
     found = evaluate_machine(kb, target)
     if args.json:
-        print(jsontext.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity)}, indent=2))
+        print(jsontext.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity),
+                              "predictions": machine_predictions(target)}, indent=2))
     elif args.quiet:  # the command line's verdict and the machine's, one line each
         print(fit(format_command_check(checked).splitlines()[0]))
         print(check.format_quiet([(target, found)]))
     else:
         print(fit(format_command_check(checked)))
         print()
-        print(check.format_findings(target, found, severity=args.severity))
+        print(_with_predictions(check.format_findings(target, found, severity=args.severity), target))
     return 1 if checked.broken or check.exceeds(found, args.fail_on) else 0
+
+
+def _with_predictions(text: str, fp: Fingerprint) -> str:
+    """The findings, then what each engine release of the machine is predicted to pick (kb.predict)."""
+    from .kb.predict import format_predictions, machine_predictions
+
+    lines = format_predictions(machine_predictions(fp))
+    return text + ("\n\n" + fit("\n".join(lines)) if lines else "")
 
 
 def cmd_rules(args: argparse.Namespace) -> int:

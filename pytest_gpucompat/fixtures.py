@@ -254,6 +254,26 @@ def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
     pytest.fail(failure_text(what, exc), pytrace=False)
 
 
+def _note_prediction(request: pytest.FixtureRequest, cs: CellState | None, spec: EngineSpec, info: RunInfo | None,
+                     log_tail: str | None) -> None:
+    """The attention backend predicted for the cell beside the one its engine reported (kb.predict_cells), and a
+    finding of its own when they differ."""
+    state = run_state(request.config)
+    if cs is None or state is None:
+        return
+    from .kb.predict_cells import cell_prediction, differs_finding, reported_backend
+
+    reported = reported_backend(dataclasses.asdict(info) if info is not None else None, log_tail)
+    entry = cell_prediction(spec.engine, spec.params, state.fingerprint, reported,
+                            info.version if info is not None else None)
+    if entry is None:
+        return
+    cs.notes["attention_prediction"] = plain(entry)
+    finding = differs_finding(entry, spec.engine)
+    if finding is not None:
+        cs.flagged = (*cs.flagged, finding)
+
+
 def _note_deviations(cs: CellState | None, spec: EngineSpec) -> None:
     """The cell's settings that differ from its engine's defaults (engines/deviations.py), in its record."""
     if cs is None:
@@ -300,11 +320,14 @@ def start_engine(
     else:
         failure = None
     if failure is not None:  # out of the except block: the cell's failure is this message alone, no chain
+        if record:
+            _note_prediction(request, cs, spec, None, failure.log_tail)
         _fail_cell(cs, spec.engine, failure)
     _add_engine_time(cs, time.perf_counter() - t0, part)  # near 0 when the pool already had it started
     if cs is not None and record:
         _settle_deviations(cs, info)
         cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
+        _note_prediction(request, cs, spec, info, None)
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
     return StartedEngine(engine=_Timed(engine, cs, part, cache), info=info, spec=spec)

@@ -43,6 +43,7 @@ from _history_facts import extract_backends, extract_env, extract_requires  # no
 from _history_fetch import Counter, Release, default_index_url, ensure_cached, list_releases, load_cached  # noqa: E402
 from _history_flags import sglang_flags, vllm_flags  # noqa: E402
 from _history_scope import Budget  # noqa: E402
+from _history_selection import extract_selection, render_selection  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 
 FORMAT = 1
@@ -62,10 +63,12 @@ class Engine:
     since: str
     flags: Callable[[Interpreter], dict[str, dict[str, Any]]]
     backends: bool
+    selection_since: str | None = None
+    """First release whose attention-backend selection is read (`<engine>-selection.json`); None: not read."""
 
 
 ENGINES = {
-    "vllm": Engine("vllm", "vllm", "0.2.0", vllm_flags, True),
+    "vllm": Engine("vllm", "vllm", "0.2.0", vllm_flags, True, "0.10.2"),
     "sglang": Engine("sglang", "sglang", "0.1.12", sglang_flags, False),
 }
 
@@ -83,7 +86,8 @@ def tool_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def extract_release(engine_name: str, files: dict[str, str], filename: str) -> dict[str, dict[str, Any]]:
+def extract_release(engine_name: str, files: dict[str, str], filename: str,
+                    version: str | None = None) -> dict[str, dict[str, Any]]:
     """The facts of one release from its fetched files (run in a worker process)."""
     engine = ENGINES[engine_name]
     project = Project({p: t for p, t in files.items() if p.endswith(".py")})
@@ -95,11 +99,23 @@ def extract_release(engine_name: str, files: dict[str, str], filename: str) -> d
     backends = extract_backends(project, ev) if engine.backends else {}
     facts = {"flags": flags, "env": extract_env(project, ev), "backends": backends,
              "requires": extract_requires(files, filename)}
+    if engine.selection_since and version and _is_at_least(version, engine.selection_since):
+        try:
+            facts["selection"] = extract_selection(project)
+        except (Budget, RecursionError, Exception) as exc:  # the selection's reading fails alone, never the facts
+            facts["selection"] = {"error": _one_line(exc)}
     for kind in ("flags", "env"):
         for attrs in facts[kind].values():
             if isinstance(attrs.get("default"), str) and _URL.match(attrs["default"]):
                 del attrs["default"]  # a URL default (telemetry, artifact servers): no host names in committed data
     return facts
+
+
+def _is_at_least(version: str, since: str) -> bool:
+    try:
+        return Version(version) >= Version(since)
+    except InvalidVersion:
+        return False
 
 
 def _one_line(exc: BaseException) -> str:
@@ -115,7 +131,7 @@ def _extract_cached(engine_name: str, release_text: str, cache_file: str, facts_
         return release_text, json.loads(facts_path.read_text(encoding="utf-8")), None
     try:
         files = load_cached(Path(cache_file))
-        facts = extract_release(engine_name, files, filename)
+        facts = extract_release(engine_name, files, filename, release_text)
     except Budget:
         return release_text, None, "extraction ran past its step budget"
     except Exception as exc:  # one bad release is reported, never a traceback
@@ -289,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         out = args.output_dir / f"{engine.name}.json"
         text = render(engine, releases, runs)
         write_atomic(out, text)
+        if engine.selection_since:
+            sel_out = args.output_dir / f"{engine.name}-selection.json"
+            write_atomic(sel_out, render_selection(engine.name, TOOL, TOOL_VERSION, releases, facts,
+                                                   engine.selection_since))
+            log(f"{engine.name}: wrote {sel_out}")
         unread = [r for r in releases if r.error is not None]
         summaries.append(
             f"{engine.name}: {len(releases)} releases ({len(releases) - len(unread)} read, {len(unread)} unread), "

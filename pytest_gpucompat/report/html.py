@@ -189,6 +189,8 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
         title += f" — matches known issue {issue['id']}"
     if cell.deviations:
         title += f" — ran with {cell.deviations_text()}"
+    if (attention := cell.attention_text()) is not None:
+        title += f" — {attention}"
     if duration:
         title += f" ({duration})"
     ran_on = host if host and cell.ran else None

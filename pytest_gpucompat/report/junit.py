@@ -82,6 +82,8 @@ def _case_properties(case: ET.Element, cell: CellRecord) -> None:
     for d in cell.deviations:
         default = f"; engine default {d['engine_default']!r}" if "engine_default" in d else ""
         _prop(props, f"deviation.{d.get('name')}", f"{d.get('value')!r} ({d.get('by')}{default})")
+    if (attention := cell.attention_text()) is not None:
+        _prop(props, "attention_prediction", attention)
     for name, value in cell.metrics.items():
         _prop(props, f"metric.{name}", "" if value is None else f"{value:.6g}")
     if cell.worker:

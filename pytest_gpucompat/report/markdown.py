@@ -292,6 +292,7 @@ def _tail(report: Report, max_items: int) -> list[str]:
         out.append("")
 
     out += _deviations_section(report, max_items)
+    out += _attention_section(report, max_items)
     out += _cross_section(report, max_items)
     out += _findings_section(report, max_items)
     out += _stale_section(report, max_items)
@@ -316,6 +317,20 @@ def _deviations_section(report: Report, max_items: int) -> list[str]:
     if len(groups) > max_items:
         out.append(f"- … and {len(groups) - max_items} more")
     return out + [""]
+
+
+def _attention_section(report: Report, max_items: int) -> list[str]:
+    """The cells whose attention backend was predicted: how many as predicted, each other one listed."""
+    cells = [(c, t) for c in report.cells if (t := c.attention_text()) is not None]
+    if not cells:
+        return []
+    same = sum(1 for c, _ in cells if c.extra["attention_prediction"].get("matches") is True)
+    out = [f"### Attention backend predicted vs reported ({same} of {len(cells)} as predicted)", ""]
+    others = [(c, t) for c, t in cells if c.extra["attention_prediction"].get("matches") is not True]
+    out += [f"- {_where(c)}: {_text(t)}" for c, t in others[:max_items]]
+    if len(others) > max_items:
+        out.append(f"- … and {len(others) - max_items} more")
+    return out + ([""] if others else [])
 
 
 def _cross_section(report: Report, max_items: int) -> list[str]:

@@ -44,6 +44,7 @@ _UNFINISHED_EITHER = "did not finish: the run was interrupted or its worker died
 #: `CellRecord.extra`, so they are no fields; schema.json documents them beside the fields.
 CELL_EXTRA: Mapping[str, tuple[str, ...]] = {
     "engine_info": ("object", "null"),  # what the engine said of its start (engines.base.RunInfo)
+    "attention_prediction": ("object", "null"),  # the backend predicted beside the one reported (kb.predict_cells)
     "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES
     "outputs": ("object", "null"),  # the generations kept for golden and cross-runner checks (outputs.py)
 }
@@ -259,6 +260,22 @@ class CellRecord:
             default = f"; engine default {d['engine_default']!r}" if "engine_default" in d else ""
             parts.append(f"{d.get('name')}={d.get('value')!r} ({d.get('by')}{default})")
         return ", ".join(parts)
+
+    def attention_text(self) -> str | None:
+        """`attention TRITON_ATTN reported, TRITON_ATTN predicted (as predicted)`: the cell's ``attention_prediction``
+        in one line for renderers, or None when the cell has none."""
+        p = self.extra.get("attention_prediction")
+        if not isinstance(p, Mapping):
+            return None
+        if p.get("unavailable"):
+            predicted = f"no prediction ({p['unavailable']})"
+        elif p.get("alternatives") or p.get("unknown"):
+            predicted = "no single backend predicted"
+        else:
+            predicted = f"{p.get('attention_backend') or 'a refusal'} predicted"
+        matches = p.get("matches")
+        verdict = "as predicted" if matches is True else "prediction differs" if matches is False else "not compared"
+        return f"attention {p.get('reported') or 'not reported'} reported, {predicted} ({verdict})"
 
     @property
     def known_issue(self) -> Mapping[str, Any] | None:

@@ -1,0 +1,79 @@
+"""A cell's attention backend predicted beside the one its engine reported: the record a vLLM cell keeps under
+``attention_prediction`` and, when the two differ, a finding of its own. A difference says the selection data
+(``matrices/history/<engine>-selection.json``) or its reading is stale for this release and machine, not that the
+engine misbehaved; the finding says so.
+
+Pure: the cell's engine, release, parameters, the runner's fingerprint and what the engine reported (its
+``RunInfo.attention_backend``, else the line its log prints) in; a dict and a ``Finding`` out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .predict import PredictError, engines_with_selection, load_selection, machine_settings, predict
+from .verdicts import Finding
+
+PREDICTION_DIFFERS = "gpucompat-attention-prediction-differs"
+_LOGGED = (re.compile(r"Using (\w+) attention backend"),  # "Using TRITON_ATTN attention backend out of ..."
+           re.compile(r"Using (?:AttentionBackendEnum|_Backend)\.(\w+) backend"))  # a forced backend accepted
+
+
+def reported_backend(info: Mapping[str, Any] | None, log_tail: str | None) -> str | None:
+    """What the engine said it runs: its info's ``attention_backend``, else the last backend its log names."""
+    if isinstance(info, Mapping) and isinstance(info.get("attention_backend"), str) and info["attention_backend"]:
+        return str(info["attention_backend"])
+    found = [m.group(1) for pattern in _LOGGED for m in pattern.finditer(log_tail or "")]
+    return found[-1] if found else None
+
+
+def cell_prediction(engine: str, params: Mapping[str, Any], fp: Any, reported: str | None,
+                    version: str | None = None, directory: str | Path | None = None) -> dict[str, Any] | None:
+    """The record of the prediction for a cell (None: the engine has no selection data at all). ``matches``:
+    True or False when both a definite prediction and a reported backend exist, else None."""
+    if engine not in engines_with_selection(directory):
+        return None
+    packages = {**fp.packages, **({engine: version} if version else {})}
+    try:
+        settings = machine_settings(replace(fp, packages=packages, params=dict(params)), engine)
+        if not settings:
+            return None
+        selection = load_selection(engine, directory)
+        if selection is None:
+            raise PredictError(f"no selection data for {engine}")
+        entry = predict(selection, settings[0]).to_json()
+    except PredictError as exc:
+        return {"release": packages.get(engine), "unavailable": str(exc), "reported": reported, "matches": None}
+    predicted = _backends(entry)
+    entry["reported"] = reported
+    entry["matches"] = None if reported is None or not predicted or None in predicted else (
+        reported.upper() in predicted)
+    return entry
+
+
+def _backends(entry: Mapping[str, Any]) -> set[str | None]:
+    """The backends a prediction allows: one, or one per alternative; None stands for "refused or unknown"."""
+    if entry.get("alternatives"):
+        return {b for a in entry["alternatives"] for b in _backends(a)}
+    if entry.get("unknown") or entry.get("attention_backend") is None:
+        return {None}
+    return {str(entry["attention_backend"]).upper()}
+
+
+def differs_finding(entry: Mapping[str, Any], engine: str) -> Finding | None:
+    """The finding of a cell whose engine picked another backend than predicted (None when they agree or either is
+    unknown)."""
+    if entry.get("matches") is not False:
+        return None
+    predicted = entry.get("attention_backend") or "/".join(
+        sorted(str(b) for b in _backends(entry) if b)) or "a refusal"
+    summary = (f"prediction differs: {engine} {entry.get('release')} on sm {entry.get('compute_capability')} was "
+               f"predicted to pick {predicted} and reported {entry.get('reported')}; the selection data or its "
+               f"reading is stale (re-make matrices/history/{engine}-selection.json with tools/engine_history.py)")
+    return Finding(id=PREDICTION_DIFFERS, severity="advice", confidence="verified", failure="none",
+                   engine=engine, summary=summary, workaround=None, symptom=None, note="measured in this run",
+                   claims=(), sources=(("report", "this run"),), action="annotate")
