@@ -386,8 +386,9 @@ register(EngineDescriptor(
     gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0, measures_free_memory=True,
                          cache_bytes="kv_cache_memory_bytes", cache_bytes_since="0.10.2"),
     harness_defaults={"gpu_memory_utilization": _VLLM_MEMORY, "seed": _SEED},
-    # torch.compile's and the CUDA graphs' kernels, under VLLM_CACHE_ROOT keyed by a hash of the config that leaves
-    # the memory sizes and the seed out; enforce_eager compiles no graph (the run's Triton kernels aside)
+    # torch.compile's cache under VLLM_CACHE_ROOT, keyed by the config's hash, which leaves out the memory sizes
+    # (config/cache.py compute_hash) and the seed (config/model.py); enforce_eager sets compilation mode and CUDA
+    # graphs to none (config/vllm.py, 0.26.0)
     compile_cache=CompileCache(ignores=("gpu_memory_utilization", "kv_cache_memory_bytes", "seed"),
                                uncompiled={"enforce_eager": True}),
     server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
