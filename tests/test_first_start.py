@@ -82,19 +82,23 @@ class _Clock:
         self.now += seconds
 
 
-def _gate(tmp_path: Path, holder: str, clock: _Clock, timeout_s: float = 10.0) -> FirstStarts:
+def _gate(tmp_path: Path, holder: str, clock: _Clock, timeout_s: float = 10.0, said: list[str] | None = None
+          ) -> FirstStarts:
     ledger = Ledger(tmp_path, holder, clock=clock, sleep=clock.sleep, alive=lambda h: True)
-    return FirstStarts(ledger, timeout_s, clock=clock, sleep=clock.sleep)
+    return FirstStarts(ledger, timeout_s, clock=clock, sleep=clock.sleep, say=None if said is None else said.append)
 
 
 def test_the_first_claims_the_others_wait_and_a_filled_key_waits_for_nobody(tmp_path: Path) -> None:
     clock = _Clock()
-    a, b = _gate(tmp_path, "1:1", clock), _gate(tmp_path, "2:2", clock)
+    said: list[str] = []
+    a, b = _gate(tmp_path, "1:1", clock), _gate(tmp_path, "2:2", clock, said=said)
     with a.first("k", "vllm on m") as fill:
         assert a.turns == [Turn("k", first=True)]
         turn = b.claim("k", "vllm on m")  # held by a, which never finishes here: b gives up after its timeout
         assert (turn.first, turn.gave_up, turn.waited_for) == (False, True, "vllm on m (pid 1)")
         assert turn.waited_s >= 10.0
+        assert said == ["vllm on m waits for the first start of its configuration to fill the compile caches: "
+                        "vllm on m (pid 1), up to 10 s"]  # one line, not one per poll
         fill()  # a's child said its first engine has generated: the caches are filled before the block ends
         assert b.claim("k", "vllm on m") == Turn("k", first=False)
     assert Ledger(tmp_path, "3:3").snapshot().first_starts["k"].filled

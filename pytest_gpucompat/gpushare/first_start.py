@@ -52,8 +52,8 @@ class FirstStarts:
     """One worker's side of the run's first starts (``ledger``: the run's ledger with this worker as holder)."""
 
     def __init__(self, ledger: Ledger, timeout_s: float, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.ledger, self.timeout_s = ledger, float(timeout_s)
+                 sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] | None = None) -> None:
+        self.ledger, self.timeout_s, self.say = ledger, float(timeout_s), say
         self.clock, self.sleep = clock, sleep
         self._filled: set[str] = set()  # known filled: asked of the ledger no more
         self.turns: list[Turn] = []
@@ -105,6 +105,9 @@ class FirstStarts:
                     if found.filled:
                         self._filled.add(key)
                     return Turn(key, False, self.clock() - began, waited_for)
+                if waited_for is None and self.say is not None:  # one line, so a waiting worker is not taken for hung
+                    self.say(f"{what} waits for the first start of its configuration to fill the compile caches: "
+                             f"{found.what} (pid {found.holder.partition(':')[0]}), up to {self.timeout_s:g} s")
                 waited_for = f"{found.what} (pid {found.holder.partition(':')[0]})"
             if self.clock() - began >= self.timeout_s:
                 return Turn(key, False, self.clock() - began, waited_for, gave_up=True)

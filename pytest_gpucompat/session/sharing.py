@@ -168,7 +168,7 @@ class GpuShare:
         self._exclusive: str | None = None
         self._since: float | None = None
         self._budgets: tuple[float, dict[str, float | None]] | None = None
-        self.first_starts = FirstStarts(ledger, wait_s)  # compile once, then share (gpushare/first_start.py)
+        self.first_starts = FirstStarts(ledger, wait_s, say=say)  # compile once, then share (first_start.py)
 
     # -- what an engine needs, what the GPU gives ---------------------------------------------------------------
 
