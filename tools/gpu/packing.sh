@@ -18,7 +18,7 @@ export PYTHONPATH="$PWD${GPUCOMPAT_SITE:+:$GPUCOMPAT_SITE}"
 case "$WHAT" in
   start)
     rm -rf "$W" && mkdir -p "$W/reports"
-    cp -r . "$W/tree"  # the tree of this call: the next call's copy may be elsewhere
+    mkdir -p "$W/tree" && cp -r pytest_gpucompat suites matrices bench pyproject.toml "$W/tree"/  # this call's tree
     (cd "$W/tree" && export PYTHONPATH="$W/tree${GPUCOMPAT_SITE:+:$GPUCOMPAT_SITE}" && setsid nohup python3 bench/run.py --json --only packing --packing-reports "$W/reports" \
       >"$W/bench.json" 2>"$W/bench.log" </dev/null & echo $! >"$W/pid")
     echo "packing benchmark started (pid $(cat "$W/pid")); send: tools/gpu/packing.sh wait $NAME"
@@ -30,9 +30,9 @@ case "$WHAT" in
     tail -5 "$W/bench.log"
     if kill -0 "$(cat "$W/pid")" 2>/dev/null; then echo "still running: send the same command again"; exit 0; fi
     OUT=${OUT:-out}; mkdir -p "$OUT"
-    GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
-    DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
-    P="$OUT/$GPU-$DRIVER-$NAME"
+    GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($NF)}')
+    DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+    P="$OUT/${GPU:-gpu}-${DRIVER:-unknown}-$NAME"
     cp "$W/bench.json" "$P-bench-packing.json"
     python3 -m pip list --format=freeze | grep -v '^pytest-gpucompat==' >"$P-packages.txt"
     for run in serial packed; do
@@ -40,7 +40,7 @@ case "$WHAT" in
       cp "$W/reports/$run.json" "$P-$run.json"
       python3 -m pytest_gpucompat.cli report "$P-$run.json" --html "$P-$run.html" --markdown "$P-$run.md"
     done
-    python3 -m pytest_gpucompat.cli diff --allow-missing "$P-serial.json" "$P-packed.json" \
+    [ -f "$P-packed.json" ] && python3 -m pytest_gpucompat.cli diff --allow-missing "$P-serial.json" "$P-packed.json" \
       >"$P-packed-vs-serial-diff.txt" 2>&1
     python3 - "$P-bench-packing.json" "$P-packed.json" <<'PY'
 import json, sys
@@ -48,7 +48,10 @@ bench = json.load(open(sys.argv[1]))
 print("gpu_packing_wall_ratio", bench.get("gpu_packing_wall_ratio"), "speedup", bench.get("gpu_packing_speedup"))
 packing = bench.get("packing", {})
 print("same cells and outcomes:", packing.get("same_outcomes"), packing.get("outcomes"))
-cells = json.load(open(sys.argv[2])).get("cells", [])
+try:
+    cells = json.load(open(sys.argv[2])).get("cells", [])
+except OSError:
+    sys.exit(f"no packed report: {bench.get('gpu_packing_speedup_reason')}")
 turns = [t for c in cells for t in c.get("compile_caches", [])]
 print(f"first starts {sum(t['first_start'] for t in turns)}, waits {sum(not t['first_start'] for t in turns)}, "
       f"waited {sum(t['waited_s'] for t in turns):.1f} s in all")
