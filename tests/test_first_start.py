@@ -42,6 +42,7 @@ def test_the_key_is_engine_release_model_and_the_settings_that_key_the_caches() 
 def test_no_key_where_nothing_is_compiled_or_nothing_is_declared() -> None:
     assert compile_key("vllm", "/m", {"enforce_eager": True}) is None  # no graph compiled: waits for nobody
     assert compile_key("vllm", "/m", {"enforce_eager": False}) is not None
+    assert compile_key("sglang", "/m", {"disable_cuda_graph": True}) is None  # compiles at its first request
     assert compile_key("hf", "/m", {"dtype": "float32"}) is None  # transformers declares no compile cache
     assert compile_key("my_engine:Factory", "/m", {}) is None  # an import path: unknown, nothing declared
     assert compile_key("no-such-engine", "/m", {}) is None

@@ -424,8 +424,11 @@ register(EngineDescriptor(
         "log_level": HarnessDefault("info", "the Engine logs only errors by default: a failed cell's log tail would "
                                             "say nothing"),
     },
-    # Triton and JIT kernels compiled at its first request (rule sglang-0.5.16-first-request-compiles-kernels)
-    compile_cache=CompileCache(ignores=("mem_fraction_static", "random_seed", "log_level")),
+    # its start captures CUDA graphs, running (so compiling) its Triton and JIT kernels; without graphs they compile
+    # at the first request instead (rule sglang-0.5.16-first-request-compiles-kernels), after the start: nothing
+    # for another start to wait for
+    compile_cache=CompileCache(ignores=("mem_fraction_static", "random_seed", "log_level"),
+                               uncompiled={"disable_cuda_graph": True}),
     server=ServerCommand(  # sglang/launch_server.py: ServerArgs fields as --dashed-flags
         argv=("--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
         fallback=("{python}", "-m", "sglang.launch_server"),
