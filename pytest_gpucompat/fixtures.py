@@ -366,8 +366,9 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
         t0 = time.perf_counter()
         failure: EngineFailed | None = None
         try:
-            with engine_lives(request.config, [a for a in args if isinstance(a, EngineSpec)]):
-                result = run_in_child(fn, *args, timeout_s=timeout, log_path=log_path, progress=say)
+            with engine_lives(request.config, [a for a in args if isinstance(a, EngineSpec)]) as filled:
+                result = run_in_child(fn, *args, timeout_s=timeout, log_path=log_path, progress=say,
+                                      on_filled=filled)
         except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
             pytest.skip(f"unavailable: {exc}")
         except EngineFailed as exc:

@@ -304,6 +304,9 @@ class Admission:
         self.events.append(f"reserved {mode}")
         return lambda: self.events.append(f"released {mode}")
 
+    def first_start(self, spec: EngineSpec) -> Any:
+        return contextlib.nullcontext()  # compiles nothing: waits for no other worker's first start
+
     @contextlib.contextmanager
     def quiet(self, what: str, alone: bool = True) -> Iterator[None]:
         self.events.append(f"{what} alone" if alone else what)

@@ -130,6 +130,9 @@ METRICS: dict[str, Metric] = {
         Metric("measured_under_sharing", None, "0/1", "harness",
                "1 when other engines of the run were live on the cell's GPU meanwhile (--gpucompat-workers-per-gpu): "
                "its timings are not those of a GPU of its own"),
+        Metric("compile_wait_s", None, "s", "harness",
+               "seconds the cell's starts waited for another worker's first start of the same configuration to fill "
+               "its compile caches (--gpucompat-workers-per-gpu; compile_caches says which)"),
     )
 }
 

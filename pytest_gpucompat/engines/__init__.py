@@ -43,6 +43,7 @@ __all__ = [
     "Generation",
     "RunInfo",
     "canonical_name",
+    "compile_key",
     "create",
     "descriptor",
     "descriptors",
@@ -137,6 +138,25 @@ def create(name: str) -> Engine:
         raise
     engine = factory()
     return engine  # type: ignore[no-any-return]
+
+
+_BOOKKEEPING = HARNESS_PARAMS - {"env", "task"}  # the environment and the task change what is compiled
+
+
+def compile_key(engine: str, model: str, params: Mapping[str, Any]) -> str | None:
+    """The configuration whose compile caches a start of `engine` on `model` with `params` fills (its descriptor's
+    `compile_cache`), as one line: engine, installed release, model and the settings that key the caches, sorted.
+    None when the engine declares no compile cache or these settings compile nothing: such a start waits for none."""
+    try:
+        found = descriptor(engine)
+    except ValueError:
+        return None
+    cache = found.compile_cache if found is not None else None
+    if found is None or cache is None or any(params.get(k) == v for k, v in cache.uncompiled.items()):
+        return None
+    keyed = {k: v for k, v in params.items() if k not in _BOOKKEEPING and k not in cache.ignores}
+    settings = ", ".join(f"{k}={keyed[k]!r}" for k in sorted(keyed))
+    return f"{found.name} {engine_version(found.name) or '?'} on {model} {{{settings}}}"
 
 
 def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:

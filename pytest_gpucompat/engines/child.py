@@ -1,6 +1,6 @@
 """The isolated child's side: its entry point (own session, output to the log at fd level, dies with its parent),
-the loop that answers the parent's calls, and what adapters running inside it may use (register_process_group,
-side_file).
+the loop that answers the parent's calls, and what adapters and engine lives running inside it may use
+(register_process_group, side_file, caches_filled).
 
 PYTEST_DONT_REWRITE
 """
@@ -40,6 +40,17 @@ def register_process_group(pgid: int) -> None:
         _CHILD["groups"].append(group)
         with contextlib.suppress(OSError, ValueError):
             conn.send(("pgid", group))
+
+
+def caches_filled() -> None:
+    """Called by an engine life in an isolated child once its first engine has started and generated: what that
+    engine compiled is in the caches on disk now, so the parent may let other workers waiting for the same
+    configuration start from them (gpushare/first_start.py) while this child goes on. Elsewhere a no-op."""
+    conn = _CHILD["conn"]
+    if conn is None:
+        return
+    with _CHILD["lock"], contextlib.suppress(OSError, ValueError):
+        conn.send(("filled", None))
 
 
 def side_file(name: str, suffix: str = ".log") -> Path:

@@ -82,8 +82,10 @@ class IsolatedEngine:
         term_grace_s: float = 2.0,
         progress: Progress | None = None,
         heartbeat_s: float = HEARTBEAT_S,
+        on_filled: Callable[[], None] | None = None,
     ) -> None:
         self.name = engine if ":" in engine else canonical_name(engine)
+        self.on_filled = on_filled  # the child's caches_filled(): its first engine compiled what it compiles
         self.log_path = Path(log_path) if log_path is not None else new_log(self.name)
         self.start_timeout_s = float(start_timeout_s)
         self.call_timeout_s = float(call_timeout_s)
@@ -271,6 +273,11 @@ class IsolatedEngine:
                 if status == "pgid":
                     self._groups.append(value)
                     continue
+                if status == "filled":
+                    if self.on_filled is not None:
+                        with contextlib.suppress(OSError):  # the ledger unwritable: the others compile themselves
+                            self.on_filled()
+                    continue
                 break
             if not self._proc.is_alive():
                 self._drain()  # it may have answered just before exiting
@@ -307,15 +314,18 @@ def run_in_child(
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
     heartbeat_s: float = HEARTBEAT_S,
+    on_filled: Callable[[], None] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run `fn(*args, **kwargs)` in a fresh spawned child (own process group, output to `log_path`) and return its
     result, with the same hang and crash handling as an isolated engine: a measurement that must belong to one
     process alone (memory cycles, a whole engine life) runs here. `fn` and its arguments must be picklable
-    (a module-level function); EngineUnavailable raised in the child is raised again here."""
+    (a module-level function); EngineUnavailable raised in the child is raised again here. ``on_filled`` runs when
+    the child says its first engine has compiled what it compiles (child.caches_filled)."""
     label = getattr(fn, "__name__", "call")
     runner = IsolatedEngine(f"{__name__}:_no_engine", log_path=log_path if log_path is not None else new_log(label),
-                            env=env, call_timeout_s=timeout_s, progress=progress, heartbeat_s=heartbeat_s)
+                            env=env, call_timeout_s=timeout_s, progress=progress, heartbeat_s=heartbeat_s,
+                            on_filled=on_filled)
     if progress is not None:
         progress(f"running {label}() in a child process (timeout {timeout_s:g} s){log_note(runner.log_path)}")
     runner._spawn(runner._env)

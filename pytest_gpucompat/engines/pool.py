@@ -68,6 +68,11 @@ class Admission(Protocol):
         (a start that measures the GPU, ``registry.quiet_start``); else only such a start is kept out."""
         ...
 
+    def first_start(self, spec: EngineSpec) -> AbstractContextManager[Any]:
+        """Held around a start, outside ``quiet``: it waits while another worker runs the first start of the same
+        configuration (its compile caches), or is that first start itself (gpushare/first_start.py)."""
+        ...
+
 
 class EnginePool:
     """One started engine per spec key for the whole session; a failed start is remembered, never retried.
@@ -161,8 +166,8 @@ class EnginePool:
             where = "(in this process)"
         release = self.admission.admit(spec, self.make_room) if self.admission is not None else None
         try:
-            with self._announced(spec, params, where), self._quiet(f"starting {spec.engine}",
-                                                                  quiet_start(spec.engine, spec.params)):
+            with self._announced(spec, params, where), self._first_start(spec), \
+                    self._quiet(f"starting {spec.engine}", quiet_start(spec.engine, spec.params)):
                 info = self._start(key, engine, spec)
         except BaseException:
             if release is not None:
@@ -202,6 +207,9 @@ class EnginePool:
 
     def _quiet(self, what: str, alone: bool) -> AbstractContextManager[Any]:
         return self.admission.quiet(what, alone) if self.admission is not None else contextlib.nullcontext()
+
+    def _first_start(self, spec: EngineSpec) -> AbstractContextManager[Any]:
+        return self.admission.first_start(spec) if self.admission is not None else contextlib.nullcontext()
 
     def begin_cell(self) -> None:
         """A new cell begins: every live engine is idle until it asks for one again."""

@@ -101,6 +101,22 @@ class GpuMemory:
 
 
 @dataclass(frozen=True)
+class CompileCache:
+    """What keys the kernels an engine compiles at its first start into caches on disk (torch.compile, CUDA graphs'
+    Triton kernels, JIT kernels), so that workers sharing a GPU compile a configuration once and the others start
+    from the filled caches (gpushare/first_start.py) instead of compiling the same thing at once.
+
+    The key is the engine, its installed release, the model and every setting of the cell except `ignores` (settings
+    the caches are not keyed by: memory sizes, seeds, the harness's own bookkeeping): a setting not listed keys it,
+    so an unknown one costs a needless wait at worst, never a start from a cache filled for something else.
+    `uncompiled`: settings with which the start compiles nothing worth waiting for (no key, no wait).
+    """
+
+    ignores: tuple[str, ...] = ()
+    uncompiled: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EngineDescriptor:
     """Everything the harness needs to know about one engine; the adapter itself knows how to drive it.
 
@@ -141,6 +157,8 @@ class EngineDescriptor:
     stack_packages:  distributions the fingerprint records because of this engine besides its `packages`, by key
                      (the names that may carry each, the first installed wins): the library it is when that is not
                      keyed by the engine's name, the runtime or kernels only it uses.
+    compile_cache:   what keys what its first start compiles into caches on disk (CompileCache); None: it compiles
+                     nothing at start that another start of the same configuration could reuse.
     """
 
     name: str
@@ -166,6 +184,7 @@ class EngineDescriptor:
     reference: bool = False
     default_dtype: str | None = None
     stack_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    compile_cache: CompileCache | None = None
 
 
 _REGISTRY: dict[str, EngineDescriptor] = {}
@@ -369,6 +388,11 @@ register(EngineDescriptor(
     gpu_memory=GpuMemory(("gpu_memory_utilization",), 0.2, overhead_mib=512.0, measures_free_memory=True,
                          cache_bytes="kv_cache_memory_bytes", cache_bytes_since="0.10.2"),
     harness_defaults={"gpu_memory_utilization": _VLLM_MEMORY, "seed": _SEED},
+    # torch.compile's cache under VLLM_CACHE_ROOT, keyed by the config's hash, which leaves out the memory sizes
+    # (config/cache.py compute_hash) and the seed (config/model.py); enforce_eager sets compilation mode and CUDA
+    # graphs to none (config/vllm.py, 0.26.0)
+    compile_cache=CompileCache(ignores=("gpu_memory_utilization", "kv_cache_memory_bytes", "seed"),
+                               uncompiled={"enforce_eager": True}),
     server=ServerCommand(  # vllm/entrypoints/cli/serve.py: EngineArgs fields as --dashed-flags
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="vllm",
@@ -402,6 +426,11 @@ register(EngineDescriptor(
         "log_level": HarnessDefault("info", "the Engine logs only errors by default: a failed cell's log tail would "
                                             "say nothing"),
     },
+    # its start captures CUDA graphs, running (so compiling) its Triton and JIT kernels; without graphs they compile
+    # at the first request instead (rule sglang-0.5.16-first-request-compiles-kernels), after the start: nothing
+    # for another start to wait for
+    compile_cache=CompileCache(ignores=("mem_fraction_static", "random_seed", "log_level"),
+                               uncompiled={"disable_cuda_graph": True}),
     server=ServerCommand(  # sglang/launch_server.py: ServerArgs fields as --dashed-flags
         argv=("--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
         fallback=("{python}", "-m", "sglang.launch_server"),

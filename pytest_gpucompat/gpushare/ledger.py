@@ -6,6 +6,9 @@ names its worker as pid and process start time, so the entries of a worker that 
 reclaimed by the next reader instead of holding their GPU for the rest of the run. Waiting polls, with a
 deadline: a request that does not fit in time raises ``GpuWaitTimeout`` with the reason in one line, never hangs.
 
+The same file keeps the run's first starts (``first_start.py``): which configuration's compile caches a worker is
+filling, so that the others wait for them instead of compiling the same kernels at once.
+
 Beside it, a start gate per GPU (another flock, released by the kernel when its holder dies): engine starts and
 shutdowns on one GPU happen one at a time, because engines size themselves from the device's free memory while
 they start (vLLM charges whatever another process allocates or frees meanwhile to its own profile).
@@ -67,15 +70,29 @@ def holder_alive(holder: str) -> bool:
     return start == "None"
 
 
+@dataclass(frozen=True)
+class FirstStart:
+    """A configuration's first start (its compile-cache key, ``engines.compile_key``): the worker that runs it
+    (``holder``, reclaimed when it dies before the caches are filled), what it starts, since when (wall clock), and
+    whether it has finished (``filled``: later starts of the configuration wait for nobody)."""
+
+    holder: str
+    what: str
+    since: float
+    filled: bool = False
+
+
 @dataclass
 class State:
-    """What the ledger file holds: the entries, the workers of the run (members), and when each holder last
-    released an engine on each GPU (to tell whether a cell ran beside other engines)."""
+    """What the ledger file holds: the entries, the workers of the run (members), when each holder last
+    released an engine on each GPU (to tell whether a cell ran beside other engines), and the first starts of the
+    configurations by compile-cache key."""
 
     entries: list[Request] = field(default_factory=list)
     members: list[str] = field(default_factory=list)
     released: dict[str, dict[str, float]] = field(default_factory=dict)
     next_ticket: int = 1
+    first_starts: dict[str, FirstStart] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> State:
@@ -94,20 +111,29 @@ class State:
                     ticket=int(row["ticket"]), held=bool(row["held"]), since=float(row["since"])))
         released = {str(g): {str(h): float(t) for h, t in (v or {}).items()}
                     for g, v in (data.get("released") or {}).items()}
+        first_starts = {}
+        for key, row in (data.get("first_starts") or {}).items():
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+                first_starts[str(key)] = FirstStart(holder=str(row["holder"]), what=str(row["what"]),
+                                                    since=float(row["since"]), filled=bool(row["filled"]))
         return cls(entries, [str(m) for m in data.get("members") or []], released,
-                   int(data.get("next_ticket") or 1))
+                   int(data.get("next_ticket") or 1), first_starts)
 
     def to_json(self) -> str:
         return jsontext.dumps({"entries": [asdict(e) for e in self.entries], "members": self.members,
-                           "released": self.released, "next_ticket": self.next_ticket})
+                               "released": self.released, "next_ticket": self.next_ticket,
+                               "first_starts": {k: asdict(v) for k, v in self.first_starts.items()}})
 
     def reclaim(self, alive: Callable[[str], bool]) -> None:
-        """Drop the entries and memberships of workers that are gone."""
+        """Drop the entries and memberships of workers that are gone, and the first starts they had not finished
+        (the next worker that wants the configuration runs it)."""
         holders = {e.holder for e in self.entries} | set(self.members)
+        holders |= {f.holder for f in self.first_starts.values() if not f.filled}
         dead = {h for h in holders if not alive(h)}
         if dead:
             self.entries = [e for e in self.entries if e.holder not in dead]
             self.members = [m for m in self.members if m not in dead]
+            self.first_starts = {k: f for k, f in self.first_starts.items() if f.filled or f.holder not in dead}
 
 
 class Ledger:
@@ -138,6 +164,10 @@ class Ledger:
             write_atomic(path, state.to_json(), mode=PRIVATE_MODE)
         finally:
             os.close(fd)  # releases the flock
+
+    def changing(self) -> contextlib.AbstractContextManager[State]:
+        """The state to read and change, under the lock, written back when the block ends without raising."""
+        return self._locked()
 
     def snapshot(self) -> State:
         with self._locked() as state:

@@ -17,6 +17,8 @@ not typed from the one release someone read.
   run); lint then accepts a range inside the window, and nothing outside it.
 
 The window is the releases where every fact and anchor holds and every engine setting of ``when.params`` exists.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ data the way the release's ``get_attn_backend_cls`` walks its candidates; it hol
 
 An input the data does not cover (a release not read, a capability outside the grid, a backend name the release
 does not know) is a ``PredictError`` with one line ("no selection data for vllm 0.99.0"), never a guess.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

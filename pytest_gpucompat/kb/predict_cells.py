@@ -5,6 +5,8 @@ engine misbehaved; the finding says so.
 
 Pure: the cell's engine, release, parameters, the runner's fingerprint and what the engine reported (its
 ``RunInfo.attention_backend``, else the line its log prints) in; a dict and a ``Finding`` out.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ says why). Independently of bounds, a rule's range must agree with its own ``fla
 conditions on: a rule about a setting that is gone covers every release it is gone from, on the side it covers.
 
 Everything here reads the history's runs once per rule: anchors were evaluated when the history was built.
+
+PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..gpushare.first_start import FirstStarts, calling_each
 from ..gpushare.ledger import GpuWaitTimeout, Ledger, StartGate
 from ..gpushare.packing import (
     Need,
@@ -58,6 +59,7 @@ xdist's workerinput (never a path others can see): every process a worker starts
 can be told apart from strangers' even when re-parented. A process counts as the run's only when it also runs as
 this user (``carries_token``)."""
 MEASURED_UNDER_SHARING = "measured_under_sharing"
+COMPILE_WAIT_S = "compile_wait_s"
 BUDGET_TTL_S = 1.0
 
 _share_key = pytest.StashKey["GpuShare"]()
@@ -168,6 +170,7 @@ class GpuShare:
         self._exclusive: str | None = None
         self._since: float | None = None
         self._budgets: tuple[float, dict[str, float | None]] | None = None
+        self.first_starts = FirstStarts(ledger, wait_s, say=say)  # compile once, then share (first_start.py)
 
     # -- what an engine needs, what the GPU gives ---------------------------------------------------------------
 
@@ -221,6 +224,14 @@ class GpuShare:
     def quiet(self, what: str, alone: bool = True) -> AbstractContextManager[Any]:
         return self.gate.held(what, quiet=alone)
 
+    def first_start(self, spec: EngineSpec) -> AbstractContextManager[Callable[[], None]]:
+        """Around a start: wait for another worker's first start of its configuration (FirstStarts.first)."""
+        from ..engines import compile_key
+
+        model = os.path.basename(os.path.normpath(spec.model))
+        params = spec.params if isinstance(spec.params, Mapping) else {}
+        return self.first_starts.first(compile_key(spec.engine, spec.model, params), f"{spec.engine} on {model}")
+
     def sized(self, spec: EngineSpec) -> EngineSpec:
         """``spec`` with its cache size given, where its engine takes one (``GpuMemory.cache_bytes``, in a release
         that has it) and the cell gives none: then its start measures nothing on the GPU, so it overlaps other
@@ -262,10 +273,11 @@ class GpuShare:
             self.say(f"{what} waits for room on its GPU (up to {self.wait_s:g} s): {reason}")
 
     @contextlib.contextmanager
-    def engine_lives(self, specs: Sequence[EngineSpec]) -> Iterator[None]:
+    def engine_lives(self, specs: Sequence[EngineSpec]) -> Iterator[Callable[[], None]]:
         """Whole engine lives in a child process (``gpucompat_isolated``) of a test that shares the GPU: their
-        memory reserved, and the start gate held throughout (alone when one of them measures the GPU at start), since
-        their starts and stops cannot be told apart from here."""
+        memory reserved, their configurations' first starts waited for or claimed (the child says when its first
+        engine has generated: what it yields), and the start gate held throughout (alone when one of them measures
+        the GPU at start), since their starts and stops cannot be told apart from here."""
         entries = []
         try:
             for spec in specs:
@@ -275,8 +287,10 @@ class GpuShare:
             from ..engines.registry import quiet_start
 
             alone = any(quiet_start(spec.engine, spec.params) for spec in specs)
-            with self.gate.held("engine lives in a child process", quiet=alone):
-                yield
+            with contextlib.ExitStack() as stack:
+                fills = [stack.enter_context(self.first_start(spec)) for spec in specs]
+                with self.gate.held("engine lives in a child process", quiet=alone):
+                    yield calling_each(fills)
         finally:
             for entry in entries:
                 self.ledger.release(entry)
@@ -289,6 +303,7 @@ class GpuShare:
         for pool in self._pools:
             pool.begin_cell()
         self._since = time.time()
+        self.first_starts.turns.clear()
         if not exclusive(self.config, item):
             self.yield_to_waiters()
             return
@@ -459,7 +474,7 @@ def engine_lives(config: pytest.Config, specs: Sequence[EngineSpec]) -> Abstract
     """Around engine lives in a child process: reserved and gated when the test shares its GPU (not exclusive)."""
     share = share_for(config)
     if share is None or share.holds_gpu() or not specs:
-        return contextlib.nullcontext()
+        return contextlib.nullcontext(lambda: None)
     return share.engine_lives(specs)
 
 
@@ -468,4 +483,12 @@ def note_sharing(item: pytest.Item, metrics: dict[str, float]) -> None:
     share = share_for(item.config)
     if share is not None and share.shared():
         metrics[MEASURED_UNDER_SHARING] = 1.0
+    turns = share.first_starts.turns if share is not None else []
+    if turns:  # compile once, then share: which first starts it ran, how long it waited for others'
+        metrics[COMPILE_WAIT_S] = sum(t.waited_s for t in turns)
+        from .state import cell_key
+
+        cs = item.stash.get(cell_key, None)
+        if cs is not None:
+            cs.notes["compile_caches"] = [t.to_dict() for t in turns]
 
