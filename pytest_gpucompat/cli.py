@@ -267,7 +267,11 @@ def _with_predictions(text: str, fp: Fingerprint) -> str:
     from .kb.predict import format_predictions, machine_predictions
 
     lines = format_predictions(machine_predictions(fp))
-    return text + ("\n\n" + fit("\n".join(lines)) if lines else "")
+    if not lines:
+        return text
+    head, sep, verdict = text.rpartition("\n\nverdict:")  # the verdict stays the last line
+    block = fit("\n".join(lines))
+    return f"{head}\n\n{block}{sep}{verdict}" if sep else f"{text}\n\n{block}"
 
 
 def cmd_rules(args: argparse.Namespace) -> int:

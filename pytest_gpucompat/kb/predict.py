@@ -193,6 +193,12 @@ def predict(selection: Selection, setting: Setting) -> Prediction:
                 ("" if setting.dtype is not None else dtype)) if x)
             options.append((label, Setting(**{**setting.__dict__, "flashinfer": fi, "dtype": dtype})))
     answers = [(label, _walk(selection, facts, s)) for label, s in options]
+    if len(fis) > 1 and len(dtypes) > 1:  # name only the open choice the answer depends on
+        by_fi = [answers[i * len(dtypes):(i + 1) * len(dtypes)] for i in range(len(fis))]
+        if all(all(_same(p, group[0][1]) for _, p in group) for group in by_fi):
+            answers = [(label.split(", ")[0], p) for label, p in (group[0] for group in by_fi)]
+        elif all(_same(answers[i][1], answers[i + len(dtypes)][1]) for i in range(len(dtypes))):
+            answers = [(label.split(", ")[-1], p) for label, p in answers[:len(dtypes)]]
     first = answers[0][1]
     if all(_same(p, first) for _, p in answers[1:]):
         notes = list(first.notes)
