@@ -176,7 +176,9 @@ def test_every_rendering_shows_them(tmp_path: Path) -> None:
     assert "gpu_memory_utilization=0.2 (harness; engine default 0.9)" in render_markdown(report)
     html = render_html(report)
     section = html.index('id="deviations"')
-    assert section < html.index('id="runners"') and "gpu_memory_utilization=0.2" in html[section:]
+    assert section < html.index('id="runners"')
+    row = html[section:].split("</tr>")[1]  # the table's first row after its head: setting, value, default, why
+    assert all(f">{text}<" in row for text in ("gpu_memory_utilization", "0.2", "harness", "0.9", "room"))
     assert 'name="deviation.gpu_memory_utilization" value="0.2 (harness; engine default 0.9)"' in render_junit(report)
     json.dumps(report.to_dict())  # still plain JSON
 

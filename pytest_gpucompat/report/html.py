@@ -26,9 +26,10 @@ from .cross import cell_id, figures_text, runner_pairs
 from .diff import stale_rules
 from .figures import ROW_ORDER, RULE_SKIPS, STATES, cell_state, cell_word, key_figures, rows_failures_first, rule_of
 from .html_assets import COMPACT_FROM, CSS, JS, JS_ERRORS, OVER_MARK
+from .html_deviations import deviations_section
 from .html_runners import abbreviated, e, fingerprint_card, installs_notice, runner_header, what_if_banner, what_if_of
 from .merge import matrix_rows, uncovered_cells
-from .model import DEVIATIONS_SUMMARY, SEVERITIES, CellRecord, FindingRecord, Report, deviation_groups
+from .model import SEVERITIES, CellRecord, FindingRecord, Report
 from .text import gpu_summary, model_of, models_in, one_line, plain
 
 CELL_WORDS: dict[str, str] = {state: word for state, (word, _legend) in STATES.items()}
@@ -397,34 +398,6 @@ def _embedded(cell: CellRecord) -> dict[str, Any]:
     return data
 
 
-def _deviations_section(report: Report) -> str:
-    """The deviations as a small table: per engine and set of deviations (deviation_groups), one row per setting
-    with its value, who set it, the engine's own default and why."""
-    groups = deviation_groups(report.cells)
-    if not groups:
-        return ""
-    example: dict[tuple[str, str], CellRecord] = {}
-    for cell in report.cells:
-        if cell.deviations and cell.ran:
-            example.setdefault((cell.engine or "", cell.deviations_text()), cell)
-    rows = []
-    for engine, text, count in groups:
-        settings = example[(engine, text)].deviations
-        for i, d in enumerate(settings):
-            first = (f'<td rowspan="{len(settings)}"><code>{e(engine or "engine")}</code></td>'
-                     f'<td rowspan="{len(settings)}">{count}</td>') if i == 0 else ""
-            default = repr(d["engine_default"]) if "engine_default" in d else "—"
-            rows.append(f"<tr>{first}<td><code>{e(str(d.get('name')))}</code></td><td><code>"
-                        f"{e(repr(d.get('value')))}</code></td><td>{e(str(d.get('by')))}</td><td><code>{e(default)}"
-                        f"</code></td><td>{e(one_line(str(d.get('why') or ''), 300))}</td></tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("engine", "cells", "setting", "value", "set by", "engine default",
-                                                 "why"))
-    return (f'<section id="deviations"><h2>Settings that differ from the engines\' defaults '
-            f'<span class="muted">({len(groups)})</span></h2><p class="muted">{e(DEVIATIONS_SUMMARY)}</p>'
-            f'<div class="scroll"><table class="grid"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
-            "</tbody></table></div></section>")
-
-
 def _stale_section(report: Report) -> str:
     stale = stale_rules(report)
     if not stale:
@@ -503,7 +476,7 @@ def render_html(report: Report) -> str:
             _failures_section(report),
             _filters(report),
             f"<main>{_matrix(report, index_of)}</main>",
-            _deviations_section(report),
+            deviations_section(report),
             charts_section(report),
             _uncovered_section(report),
             _cross_section(report),

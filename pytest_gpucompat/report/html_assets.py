@@ -98,7 +98,8 @@ td.cell.selected{outline:3px solid #1d4ed8;outline-offset:-3px}
 td.cell .dur{display:block;font-size:11px;font-weight:normal;opacity:.75}
 td.cell .rule-id{display:block;font-size:10.5px;font-weight:normal;font-family:ui-monospace,Menlo,Consolas,monospace}
 td.cell .ranon{display:block;font-size:10.5px;font-weight:600;color:#6d28d9}
-td.cell .why{display:block;font-size:10.5px;font-weight:normal;color:var(--muted);overflow-wrap:anywhere}
+td.cell .why{display:block;max-width:13em;white-space:normal;font-size:10.5px;font-weight:normal;color:var(--muted);
+overflow-wrap:anywhere}
 .fig{display:block;width:fit-content;margin-top:2px;padding:0 5px;border-radius:3px;font-size:11.5px;
 font-variant-numeric:tabular-nums;background:#fff;border-left:3px solid}
 .figlegend .fig{display:inline-block;margin:0 4px}
