@@ -1,6 +1,8 @@
 """The HTML page's deviations section: the settings the cells' engines ran with that differ from the engines' own
 defaults, as a small table (one row per setting of each distinct set, with who set it, the engine's default and
-why), not a line of text per set."""
+why), not a line of text per set.
+PYTEST_DONT_REWRITE
+"""
 
 from __future__ import annotations
 
