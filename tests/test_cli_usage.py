@@ -10,7 +10,8 @@ from pytest_gpucompat.cli import main
 @pytest.mark.parametrize(("argv", "meant"), [
     (["diff", "a.json", "b.json", "--fial-on", "changed"], "--fail-on"),
     (["check", "--sevrity", "broken"], "--severity"),
-    (["rules", "--engien", "vllm"], "--engine"),
+    # `rules` takes rule ids as positionals: the misspelt flag's value is read as one, only the flag is left over
+    (["rules", "vllm-v1-flash-attn-backend-needs-sm80", "--engien"], "--engine"),
     (["report", "r.json", "--hmtl", "x.html"], "--html"),
 ])
 def test_a_misspelt_flag_names_the_command_and_the_flag_meant(argv: list[str], meant: str,
@@ -20,7 +21,9 @@ def test_a_misspelt_flag_names_the_command_and_the_flag_meant(argv: list[str], m
     assert out == ""
     usage, error = err.split(f"gpucompat {argv[0]}: error: ")
     assert usage.startswith(f"usage: gpucompat {argv[0]} ")
-    assert error.strip() == f"unrecognized arguments: {' '.join(argv[-2:])} ({argv[-2]}: did you mean {meant}?)"
+    misspelt = next(a for a in argv if a.startswith("--"))
+    left_over = " ".join(argv[argv.index(misspelt):])
+    assert error.strip() == f"unrecognized arguments: {left_over} ({misspelt}: did you mean {meant}?)"
 
 
 def test_an_extra_word_is_named_without_a_guess(capsys: pytest.CaptureFixture[str]) -> None:
