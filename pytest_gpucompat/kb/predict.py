@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..common.errors import InputError
 from ..common.inputs import load_file
-from ..common.paths import matrices_dir
+from .history import history_dir
 
 FORMAT = 1
 _CAP = re.compile(r"^\s*(?:sm_?)?(\d{1,3})(?:\.(\d))?\s*$")
@@ -308,7 +308,7 @@ def _message(template: Any, forced: str | None, why: Sequence[str], skipped: Map
 
 
 def selection_path(engine: str, directory: str | Path | None = None) -> Path:
-    base = Path(directory) if directory is not None else matrices_dir() / "history"
+    base = Path(directory) if directory is not None else history_dir()
     return base / f"{engine}-selection.json"
 
 
