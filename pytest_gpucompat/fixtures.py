@@ -262,10 +262,13 @@ def _note_prediction(request: pytest.FixtureRequest, cs: CellState | None, spec:
     if cs is None or state is None:
         return
     from .kb.predict_cells import cell_prediction, differs_finding, reported_backend
+    from .workload.models import planned_shape
 
     reported = reported_backend(dataclasses.asdict(info) if info is not None else None, log_tail)
-    entry = cell_prediction(spec.engine, spec.params, state.fingerprint, reported,
-                            info.version if info is not None else None)
+    head = planned_shape(spec.model).get("head_size")  # the model's own: the selection's head-size limits apply
+    params = {**spec.params, "head_size": head} if head is not None and "head_size" not in spec.params else spec.params
+    entry = cell_prediction(spec.engine, params, state.fingerprint, reported,
+                            info.version if info is not None else None, log_tail=log_tail)
     if entry is None:
         return
     cs.notes["attention_prediction"] = plain(entry)

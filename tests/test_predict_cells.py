@@ -161,3 +161,52 @@ def test_check_with_an_unknown_release_says_so(tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "fp.json").write_text(json.dumps(fp), encoding="utf-8")
     main(["check", "--env", str(tmp_path / "fp.json")])
     assert "vllm 0.99.0 on sm 9.0: no selection data for vllm 0.99.0" in capsys.readouterr().out
+
+
+# ------------------------------------------------------- an engine that failed before saying which backend it ran
+
+_E5M2_NO_FLASHINFER_ON_H200 = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}],
+                               "packages": {"vllm": "0.26.0"},
+                               "installs": {"vllm": {"version": "0.26.0", "complete": False,
+                                                     "missing": ["flashinfer-python==0.6.14 (not installed)"]}}}
+# the last lines of the engine's log on the H200 (vLLM 0.26.0 without FlashInfer, VLLM_USE_FLASHINFER_SAMPLER=0):
+# torch.compile traced Attention.forward into the assert (vllm/model_executor/layers/attention/attention.py:520)
+_ASSERT_LOG = """(EngineCore pid=4387) torch._dynamo.exc.Unsupported: Data-dependent assertion failed
+(EngineCore pid=4387)   File ".../vllm/model_executor/layers/attention/attention.py", line 520, in forward
+(EngineCore pid=4387)     assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}
+"""
+
+
+def _h200_no_flashinfer(tmp_path: Path) -> Any:
+    from pytest_gpucompat.machine.fingerprint import load
+
+    path = tmp_path / "fp.json"
+    path.write_text(json.dumps(_E5M2_NO_FLASHINFER_ON_H200))
+    return next(iter(load(path).values()))
+
+
+@pytest.mark.parametrize(("log", "matches"), [
+    (_ASSERT_LOG, True),  # the predicted assert, quoted as the source has it (double quotes, other spacing)
+    ("ModuleNotFoundError: No module named 'flashinfer'\nEngine core initialization failed", None),  # another way
+    ("", None),
+])
+def test_a_failed_start_is_compared_through_its_log(tmp_path, log, matches):
+    """vLLM 0.26.0 on sm 9.0 without FlashInfer, fp8_e5m2 KV: TRITON_ATTN is chosen (FLASH_ATTN refuses e5m2,
+    flash_attn.py supports_kv_cache_dtype) and Attention.forward asserts the KV dtype is fp8, fp8_e4m3 or nvfp4
+    (attention.py:520 in 0.26.0). The engine never says which backend it ran; its log holds the assert or not."""
+    fp = _h200_no_flashinfer(tmp_path)
+    entry = cell_prediction("vllm", {"kv_cache_dtype": "fp8_e5m2", "head_size": 64}, fp, None, "0.26.0", log_tail=log)
+    assert entry is not None and entry["outcome"] == "asserts" and entry["attention_backend"] == "TRITON_ATTN"
+    assert entry["head_size"] == 64
+    assert entry["matches"] is matches, entry
+    if matches:
+        assert "assert self.kv_cache_dtype in {'fp8', 'fp8_e4m3', 'nvfp4'}" in entry["confirmed_by"]
+        assert differs_finding(entry, "vllm") is None
+    else:
+        assert "confirmed_by" not in entry
+
+
+def test_a_backend_that_starts_is_never_confirmed_by_a_log(tmp_path):
+    fp = _h200_no_flashinfer(tmp_path)
+    entry = cell_prediction("vllm", {"kv_cache_dtype": "auto"}, fp, None, "0.26.0", log_tail=_ASSERT_LOG)
+    assert entry is not None and entry["outcome"] == "chosen" and entry["matches"] is None

@@ -79,6 +79,9 @@ def _packages(w: Conditions) -> list[str]:
     if w.install is not None:
         engine, state = w.install
         parts.append(f"{engine} installed {'with' if state == 'complete' else 'without'} every requirement it declares")
+    for name, values, negated in w.env:
+        listed = " or ".join("not set" if v is None else f"={v}" for v in values)
+        parts.append(f"{name} {'not ' if negated else ''}{listed}")
     return parts
 
 

@@ -45,7 +45,8 @@ _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom
               "flags", "confidence", "claims", "note", "sources", "bounds"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
 _WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
-              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs", "install", "model_shape"}
+              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs", "install", "model_shape",
+              "env"}
 _NEEDS_KEYS = {"gpus", "gpu_memory_mib"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _CLAIM = re.compile(r"^S\d{2,3}$")
@@ -346,6 +347,7 @@ def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditio
     for name, value in shape.items():  # judged as parameters of the cell under these names
         parsed_params.append((str(name), _param_condition(value, fail, f"when.model_shape.{name}")))
     return Conditions(
+        env=_env_conditions(raw.get("env"), fail),
         gpu=tuple(g.lower() for g in _str_list(raw.get("gpu"), fail, "when.gpu")),
         arch=tuple(a.lower() for a in _str_list(raw.get("arch"), fail, "when.arch")),
         compute_capability=spec("compute_capability"),
@@ -362,6 +364,34 @@ def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditio
         needs_memory=tuple(needs_memory),
         install=(engine, str(install)) if install is not None and engine is not None else None,
     )
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_conditions(raw: Any, fail: Any) -> tuple[tuple[str, tuple[str | None, ...], bool], ...]:
+    """``when.env``: variable -> the values under which the rule holds, a list (``null``: not set), or
+    ``{not: [...]}`` for every value but those. Values are compared as the environment holds them: text, exactly."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping) or not raw:
+        raise fail("when.env", "must map environment variables to lists of values (null: not set) or {not: [...]}")
+    out: list[tuple[str, tuple[str | None, ...], bool]] = []
+    for name, values in raw.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise fail("when.env", f"not an environment variable's name: {str(name)[:80]!r}")
+        negated = isinstance(values, Mapping)
+        if negated:
+            if set(map(str, values)) != {"not"}:
+                raise fail(f"when.env.{name}", "a mapping here is {not: [values]}")
+            values = values["not"]
+        if not isinstance(values, list) or not values:
+            raise fail(f"when.env.{name}", "must be a non-empty list of values (null: not set) or {not: [...]}")
+        for value in values:
+            if isinstance(value, bool) or not (value is None or isinstance(value, (str, int))):
+                raise fail(f"when.env.{name}", "values are text or null (not set)")
+        out.append((name, tuple(None if v is None else str(v) for v in values), negated))
+    return tuple(out)
 
 
 def _param_condition(value: Any, fail: Any, fld: str) -> ParamCondition:

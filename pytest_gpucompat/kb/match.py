@@ -38,6 +38,7 @@ class Facts:
     # every tracked package the machine has is listed (a fingerprint read from a machine, which records `installs`
     # for its engines): a package it does not list is known to be absent; in a hand-written file it is not known
     packages_listed: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)  # the runner's engine variables (fingerprint ``env``)
 
     @classmethod
     def of(cls, fp: Fingerprint) -> Facts:
@@ -72,6 +73,7 @@ def facts_of(fp: Fingerprint) -> Facts:
         packages=packages,
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
+        env=dict(getattr(fp, "env", None) or {}),
     )
 
 
@@ -116,6 +118,12 @@ def install_holds(w: Conditions, installs: Mapping[str, bool | None]) -> bool:
     engine, wanted = w.install
     complete = installs.get(engine)
     return complete is not None and complete == (wanted == "complete")
+
+
+def env_holds(w: Conditions, env: Mapping[str, str]) -> bool:
+    """``when.env``: each named variable has one of the listed values (None: the variable is not set), or for a
+    negated condition none of them."""
+    return all((env.get(name) in values) != negated for name, values, negated in w.env)
 
 
 def _ver(text: str | None) -> Version | None:
@@ -217,6 +225,9 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
                      lambda w: w.install is not None, lambda f: f.installs,
                      lambda v: tuple(sorted(v.items())), install_holds,
                      known=lambda f: bool(f.installs)),
+    MachineCondition("env", ("env",),
+                     lambda w: bool(w.env), lambda f: f.env,
+                     lambda v: tuple(sorted(v.items())), env_holds),
     MachineCondition("gpus", ("gpu", "arch", "compute_capability", "gpu_memory_mib"),
                      lambda w: w.has_gpu_condition, lambda f: f.gpus,
                      _gpus_key, gpus_hold,

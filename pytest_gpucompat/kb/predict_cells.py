@@ -34,9 +34,12 @@ def reported_backend(info: Mapping[str, Any] | None, log_tail: str | None) -> st
 
 
 def cell_prediction(engine: str, params: Mapping[str, Any], fp: Any, reported: str | None,
-                    version: str | None = None, directory: str | Path | None = None) -> dict[str, Any] | None:
+                    version: str | None = None, directory: str | Path | None = None,
+                    log_tail: str | None = None) -> dict[str, Any] | None:
     """The record of the prediction for a cell (None: the engine has no selection data at all). ``matches``:
-    True or False when both a definite prediction and a reported backend exist, else None."""
+    True or False when both a definite prediction and a reported backend exist; for an engine that failed before
+    reporting one, True when the failure predicted (an assert at the first forward pass, a refusal) is in its log
+    (``confirmed_by`` quotes it); else None."""
     if engine not in engines_with_selection(directory):
         return None
     packages = {**fp.packages, **({engine: version} if version else {})}
@@ -54,7 +57,38 @@ def cell_prediction(engine: str, params: Mapping[str, Any], fp: Any, reported: s
     entry["reported"] = reported
     entry["matches"] = None if reported is None or not predicted or None in predicted else (
         reported.upper() in predicted)
+    if reported is None and log_tail:
+        seen = predicted_failure_seen(entry, log_tail)
+        if seen is not None:
+            entry["matches"], entry["confirmed_by"] = True, f"the engine's log: {seen}"
     return entry
+
+
+def _squash(text: str) -> str:
+    """Quotes and spacing as neither the release's source (as read) nor its log keep them alike."""
+    return " ".join(text.replace('"', "'").split())
+
+
+def predicted_failure_seen(entry: Mapping[str, Any], log_tail: str) -> str | None:
+    """The predicted failure's own words (an assert's expression, a refusal's message) when the engine's log holds
+    them, else None. Only a definite prediction of a failure is looked for: an engine that failed otherwise, or a
+    prediction of a backend that starts, is not confirmed by its log."""
+    if entry.get("alternatives") or entry.get("unknown"):
+        return None
+    outcome = entry.get("outcome")
+    if outcome == "asserts":  # "fails at the first forward pass: AssertionError: assert ..."
+        text = str(entry.get("kv_cache") or "")
+        words = text.rsplit("AssertionError: ", 1)[1] if "AssertionError: " in text else ""
+    elif outcome == "refused-at-init":  # "refused when the attention layers are built: <message>"
+        words = str(entry.get("kv_cache") or "").split(": ", 1)[-1]
+    elif outcome == "refused":  # "<Exception>: <message>"
+        words = str(entry.get("error") or "").split(": ", 1)[-1]
+    else:
+        return None
+    words = _squash(words)
+    if len(words) < 12:  # too short to tell one failure from another
+        return None
+    return words if words in _squash(log_tail) else None
 
 
 def _backends(entry: Mapping[str, Any]) -> set[str | None]:

@@ -76,6 +76,9 @@ class Conditions:
     needs_memory: tuple[str, ...] = ()
     params: tuple[tuple[str, ParamCondition], ...] = ()
     model: tuple[str, ...] = ()
+    # (variable, values, negated; None = not set): the runner's environment (the fingerprint's ``env``) has one of
+    # the values (negated: none of them), e.g. a rule that holds only while an engine variable is not switched off
+    env: tuple[tuple[str, tuple[str | None, ...], bool], ...] = ()
 
     @property
     def has_gpu_condition(self) -> bool:

@@ -275,6 +275,8 @@ class CellRecord:
             predicted = f"{p.get('attention_backend') or 'a refusal'} predicted"
         matches = p.get("matches")
         verdict = "as predicted" if matches is True else "prediction differs" if matches is False else "not compared"
+        if matches is True and not p.get("reported") and p.get("confirmed_by"):
+            verdict = f"as predicted: {p['confirmed_by']}"
         return f"attention {p.get('reported') or 'not reported'} reported, {predicted} ({verdict})"
 
     @property

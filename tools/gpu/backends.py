@@ -47,7 +47,12 @@ def main(path: str) -> int:
             continue
         reported = info.get("attention_backend") or "-"
         predicted = predicted_backend(found)
-        mark = "" if predicted is None or predicted == reported else "  DISAGREE"
+        record = cell.get("attention_prediction")
+        judged = record.get("matches") if isinstance(record, dict) else None
+        if judged is True and reported == "-":  # failed before saying; its log holds the predicted failure
+            reported = f"- ({record.get('confirmed_by') or 'confirmed'})"
+        mark = "  DISAGREE" if judged is False or (
+            judged is None and predicted is not None and reported != "-" and predicted != reported) else ""
         disagree += bool(mark)
         print(f"{cell.get('outcome', '?'):8} {cell.get('nodeid')}: reported {reported}, "
               f"predicted {predicted or '-'}{mark}")
