@@ -210,3 +210,22 @@ def test_a_backend_that_starts_is_never_confirmed_by_a_log(tmp_path):
     fp = _h200_no_flashinfer(tmp_path)
     entry = cell_prediction("vllm", {"kv_cache_dtype": "auto"}, fp, None, "0.26.0", log_tail=_ASSERT_LOG)
     assert entry is not None and entry["outcome"] == "chosen" and entry["matches"] is None
+
+
+def test_committed_cells_that_failed_as_predicted_are_confirmed_by_their_logs() -> None:
+    """The H200 runs of 2026-12-05 (vLLM 0.26.0, complete install with flashinfer-python moved aside,
+    VLLM_USE_FLASHINFER_SAMPLER=0, fp8_e5m2 KV, tiny Qwen2 of head size 64 and 128): the engine never said which
+    backend it ran; the prediction (TRITON_ATTN, then attention.py's assert at the first forward pass) is confirmed
+    by each cell's log, and recorded so in the report the run wrote."""
+    path = REPORTS / "h200-580.159.04-vllm-0.26.0-e5m2-no-flashinfer-sampler-off-fixed.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    heads = set()
+    for cell in data["cells"]:
+        fp = from_report(data["runners"][cell["runner"]], str(path), cell["runner"])
+        recorded = cell["attention_prediction"]
+        assert recorded["matches"] is True and "assert self.kv_cache_dtype" in recorded["confirmed_by"], recorded
+        entry = cell_prediction("vllm", {**cell["params"], "head_size": recorded["head_size"]}, fp, None, "0.26.0",
+                                log_tail=cell["log_tail"])
+        assert entry is not None and entry["attention_backend"] == "TRITON_ATTN" and entry["matches"] is True
+        heads.add(recorded["head_size"])
+    assert heads == {64, 128}
