@@ -46,6 +46,21 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVE
   "${PLAT[@]}" -d "$REL/wheels" "${SPECS[@]}"
 LISTED=$(ls "$REL/wheels" | grep -c '\.whl$')
 [ "$LISTED" -eq "${#SPECS[@]}" ] || { echo "$LIST: ${#SPECS[@]} listed, $LISTED downloaded" >&2; exit 1; }
+# this project's own requirements that the machine lacks (its wheel is installed without dependencies): the ones
+# constraints.txt pins and the machine's package set does not hold, e.g. google-re2
+MACHINE_SET=docs/reports/h200-580.159.04-hf-shared-final-packages.txt
+OWN=()
+for dep in $(python3 -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))"); do
+  name=$(echo "$dep" | sed 's/[<>=!~;\[ ].*//' | tr 'A-Z_.' 'a-z--')
+  grep -qi "^${name}==" "$MACHINE_SET" 2>/dev/null && continue
+  pin=$(grep -i "^${name}==" constraints.txt | head -1)
+  [ -n "$pin" ] && OWN+=("$pin")
+done
+if [ ${#OWN[@]} -gt 0 ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+    "${PLAT[@]}" -d "$REL/wheels" "${OWN[@]}"
+  echo "$NAME: with this project's own requirements: ${OWN[*]}"
+fi
 dups=$(ls "$REL/wheels" | sed 's/-[^-]*-.*//' | tr 'A-Z_.' 'a-z--' | sort | uniq -d)
 [ -z "$dups" ] || { echo "more than one wheel for: $dups" >&2; exit 1; }
 WHEEL_BYTES=$(cat "$REL"/wheels/*.whl | wc -c)
