@@ -229,3 +229,22 @@ def test_committed_cells_that_failed_as_predicted_are_confirmed_by_their_logs() 
         assert entry is not None and entry["attention_backend"] == "TRITON_ATTN" and entry["matches"] is True
         heads.add(recorded["head_size"])
     assert heads == {64, 128}
+
+
+def test_a_failed_start_is_compared_through_the_backend_its_traceback_runs_through() -> None:
+    """vLLM 0.26.0 with FlashInfer on the H200, fp8_e5m2 KV (2026-12-05): the engine failed in FlashInfer's warm-up
+    before naming a backend; its traceback runs through vllm/v1/attention/backends/flashinfer.py in forward, the
+    predicted FLASHINFER (FLASH_ATTN refuses e5m2: flash_attn.py supports_kv_cache_dtype; FlashInfer is next in
+    the 9.0 priority). A traceback through another backend's forward would be a prediction that differs."""
+    path = REPORTS / "h200-580.159.04-vllm-0.26.0-e5m2-flashinfer-predicted.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        fp = from_report(data["runners"][cell["runner"]], str(path), cell["runner"])
+        entry = cell_prediction("vllm", cell["params"], fp, None, "0.26.0", log_tail=cell["log_tail"])
+        assert entry is not None and entry["attention_backend"] == "FLASHINFER" and entry["matches"] is True, entry
+        assert "vllm/v1/attention/backends/flashinfer.py (FLASHINFER)" in entry["confirmed_by"]
+        assert "/root" not in entry["confirmed_by"]
+        other = cell["log_tail"].replace("backends/flashinfer.py", "backends/triton_attn.py")
+        entry = cell_prediction("vllm", cell["params"], fp, None, "0.26.0", log_tail=other)
+        assert entry is not None and entry["matches"] is False and "TRITON_ATTN" in entry["traced"]
+        assert differs_finding(entry, "vllm") is not None

@@ -59,9 +59,41 @@ def cell_prediction(engine: str, params: Mapping[str, Any], fp: Any, reported: s
         reported.upper() in predicted)
     if reported is None and log_tail:
         seen = predicted_failure_seen(entry, log_tail)
+        try:
+            traced = traced_backend(_backend_modules(selection.facts(str(entry["release"]))), log_tail)
+        except PredictError:
+            traced = None
         if seen is not None:
             entry["matches"], entry["confirmed_by"] = True, f"the engine's log: {seen}"
+        elif traced is not None and predicted and None not in predicted:
+            name, path = traced
+            entry["matches"] = name in predicted
+            entry["confirmed_by" if entry["matches"] else "traced"] = (
+                f"the engine's log: its traceback runs through {path} ({name})")
     return entry
+
+
+_BACKEND_FRAME = re.compile(r'vllm/v1/attention/backends/(\w+)\.py", line \d+, in forward\b')
+
+
+def _backend_modules(facts: Mapping[str, Any]) -> dict[str, str]:
+    """module (``flashinfer``) -> backend (``FLASHINFER``): the release's own class paths
+    (``vllm.v1.attention.backends.flashinfer.FlashInferBackend``) in its selection data."""
+    out: dict[str, str] = {}
+    for profile in facts.get("profiles") or ():
+        for name, info in (profile.get("backends") or {}).items():
+            path = info.get("class") if isinstance(info, Mapping) else None
+            if isinstance(path, str) and path.count(".") >= 2:
+                out.setdefault(path.rsplit(".", 2)[-2], str(name))
+    return out
+
+
+def traced_backend(modules: Mapping[str, str], log_tail: str) -> tuple[str, str] | None:
+    """(backend, file) of the last attention backend whose ``forward`` a traceback in the log runs through: the
+    backend that was running when the engine failed, for an engine that failed before saying which it chose."""
+    found = [(modules[m.group(1)], f"vllm/v1/attention/backends/{m.group(1)}.py")
+             for m in _BACKEND_FRAME.finditer(log_tail) if m.group(1) in modules]
+    return found[-1] if found else None
 
 
 def _squash(text: str) -> str:
@@ -108,7 +140,7 @@ def differs_finding(entry: Mapping[str, Any], engine: str) -> Finding | None:
     predicted = entry.get("attention_backend") or "/".join(
         sorted(str(b) for b in _backends(entry) if b)) or "a refusal"
     summary = (f"prediction differs: {engine} {entry.get('release')} on sm {entry.get('compute_capability')} was "
-               f"predicted to pick {predicted} and reported {entry.get('reported')}; the selection data or its "
+               f"predicted to pick {predicted} and reported {entry.get('reported') or entry.get('traced')}; the selection data or its "
                f"reading is stale (re-make matrices/history/{engine}-selection.json with tools/engine_history.py)")
     return Finding(id=PREDICTION_DIFFERS, severity="advice", confidence="verified", failure="none",
                    engine=engine, summary=summary, workaround=None, symptom=None, note="measured in this run",
