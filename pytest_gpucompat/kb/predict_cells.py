@@ -139,8 +139,9 @@ def differs_finding(entry: Mapping[str, Any], engine: str) -> Finding | None:
         return None
     predicted = entry.get("attention_backend") or "/".join(
         sorted(str(b) for b in _backends(entry) if b)) or "a refusal"
+    seen = entry.get("reported") or entry.get("traced")
     summary = (f"prediction differs: {engine} {entry.get('release')} on sm {entry.get('compute_capability')} was "
-               f"predicted to pick {predicted} and reported {entry.get('reported') or entry.get('traced')}; the selection data or its "
+               f"predicted to pick {predicted} and reported {seen}; the selection data or its "
                f"reading is stale (re-make matrices/history/{engine}-selection.json with tools/engine_history.py)")
     return Finding(id=PREDICTION_DIFFERS, severity="advice", confidence="verified", failure="none",
                    engine=engine, summary=summary, workaround=None, symptom=None, note="measured in this run",
