@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
-# quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run.
-_CHECKPOINT_SHARE = 0.05
+# quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run
+# (1 %: with the final write, the report costs such a run a few percent in all).
+_CHECKPOINT_SHARE = 0.01
 _WRITE_S_PER_CELL = 50e-6  # what a checkpoint costs per cell until one has been timed
 _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 # the phase a worker died in, from the cell's "when": None after a setup that passed, "setup" after one that did not
@@ -157,8 +158,8 @@ class ReportCollector:
         and no record made for it at each write. Not a cell that never reported an outcome (`build` gives it the
         run's reason), nor one whose line cannot be written (the write says so, as it always did)."""
         cell = self.cells.get(nodeid)
-        if not isinstance(cell, dict) or (cell["outcome"] == "error" and not cell.get("reason")):
-            return
+        if not self.path or not isinstance(cell, dict) or (cell["outcome"] == "error" and not cell.get("reason")):
+            return  # without a report, the run's summary is all that reads the cells
         from ..report.model import CellRecord, encode_cell
 
         if self._runner is None:
@@ -317,7 +318,7 @@ class ReportCollector:
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
-        from ..report.io import write_text_atomic
+        from ..report.io import write_report_atomic, write_text_atomic
 
         if not self.path:
             return True
@@ -329,9 +330,12 @@ class ReportCollector:
         # the final write holds Ctrl-C and SIGTERM until the file is whole: a signal in the middle lost the report
         with contextlib.nullcontext() if partial else signals_held():
             try:
-                write_text_atomic(self.path, self._json_chunks(exitstatus, partial))
+                chunks = self._json_chunks(exitstatus, partial)
                 if partial:
+                    write_text_atomic(self.path, chunks)
                     self._checkpoint = (len(self.cells), time.time())
+                else:
+                    write_report_atomic(chunks, self.path)
             except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
                 self._last_write = time.monotonic()  # the next checkpoint waits as usual
                 if not partial:
