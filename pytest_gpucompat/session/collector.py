@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -72,6 +72,7 @@ class ReportCollector:
         # cell as its line of the report (_Settled)
         self.cells: dict[str, dict[str, Any] | _Settled] = {}
         self._runner: str | None = None  # the report's runner name, as Report.from_run names it
+        self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str]] | None = None
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
@@ -160,13 +161,16 @@ class ReportCollector:
         cell = self.cells.get(nodeid)
         if not self.path or not isinstance(cell, dict) or (cell["outcome"] == "error" and not cell.get("reason")):
             return  # without a report, the run's summary is all that reads the cells
-        from ..report.model import CellRecord, encode_cell
+        if self._line_of is None:  # once: the report's modules are imported by a run that writes one
+            from ..report.model import CellRecord, encode_cell
 
-        if self._runner is None:
             self._runner = str(self._fingerprint().get("name") or "local")
+            self._line_of = (CellRecord.from_dict, encode_cell)
+        make, encode = self._line_of
+        cell["runner"] = self._runner  # the dict is done with (Report.from_run names every cell's runner so too)
         try:
-            record = CellRecord.from_dict({**cell, "runner": self._runner})
-            line = encode_cell(record)
+            record = make(cell)
+            line = encode(record)
         except ValueError:
             return
         self.cells[nodeid] = _Settled(line, record)
