@@ -132,13 +132,28 @@ def environment() -> dict[str, str]:
     return env
 
 
+INSTR_JOBS = 1
+"""How many cachegrind processes run at once (``bench/run.py --instr-jobs``). An instruction count does not depend
+on what else the machine runs, so counted runs may share the cores where timed ones never do: at 10,000 cells one
+counted run takes minutes (cachegrind executes some 50 times slower), three variants one after the other many."""
+
+
 def interleaved(variants: dict[str, tuple[Path, list[str]]], env: dict[str, str], expect: int, runs: int,
                 instructions: bool) -> dict[str, list[dict[str, float]]]:
-    """Each variant ``runs`` times, one round of all variants after another."""
+    """Each variant ``runs`` times, one round of all variants after another; counted runs (``instructions``) up to
+    `INSTR_JOBS` at once."""
     out: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
-    for _ in range(runs):
-        for name, (cwd, argv) in variants.items():
-            out[name].append(measure(argv, cwd, env, expect, instructions))
+    order = [(name, cwd, argv) for _ in range(runs) for name, (cwd, argv) in variants.items()]
+    if instructions and INSTR_JOBS > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(INSTR_JOBS) as pool:
+            done = list(pool.map(lambda job: measure(job[2], job[1], env, expect, True), order))
+        for (name, _, _), row in zip(order, done):
+            out[name].append(row)
+        return out
+    for name, cwd, argv in order:
+        out[name].append(measure(argv, cwd, env, expect, instructions))
     return out
 
 

@@ -902,6 +902,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--instr-runs", type=int, default=2,
                         help="cachegrind runs of each variant (instruction counts; 0: none; default 2)")
     parser.add_argument("--start-runs", type=int, default=11, help="runs of one start, off and not installed")
+    parser.add_argument("--instr-jobs", type=int, default=1, metavar="N",
+                        help="cachegrind runs at once (instruction counts do not depend on the load; CPU and RSS "
+                             "runs are never run at once)")
     parser.add_argument("--on-shape", default="100x100", metavar="AxB", help="cells of the on benchmark")
     parser.add_argument("--big-shape", default="1000x100", metavar="AxB",
                         help="cells of the large on run, CPU and peak RSS (default 100,000; 0 to skip)")
@@ -925,6 +928,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="let the packing runs use the machine's compile caches (the first run warms them for "
                              "the next); by default each starts from empty ones")
     args = parser.parse_args(argv)
+    cost.INSTR_JOBS = max(1, args.instr_jobs)
     only = set(args.only or ("fingerprint", "kb", "overhead", "off", "on", "suites", "packing"))
     a, _, b = args.overhead_shape.partition("x")
 

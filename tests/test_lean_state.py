@@ -83,3 +83,63 @@ def test_collector_cells_share_empty_figures_until_one_is_measured() -> None:
     assert first["metrics"] == {"y": 2.0, "z": 3.0} and first["series"] == {"s": [1.0]}
     third = payload.new_cell("t::c", None, {})
     assert third["metrics"] == {} and third["series"] == {}  # nothing leaked into the shared empty figures
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+@pytest.mark.parametrize("indent", [True, False], ids=["final", "checkpoint"])
+def test_report_from_encoded_cells_is_the_same_text(n: int, indent: bool) -> None:
+    """The collector keeps a finished cell as its line: the report it streams from those lines is the text
+    `Report.from_run` writes from the cells' dicts."""
+    from pytest_gpucompat.report.model import CellRecord, encode_cell, run_json_chunks
+
+    cells = _cells(n)
+    for i, cell in enumerate(cells):  # findings counted by the summary, an uncovered cell
+        if i == 2:
+            cell["findings"] = [{"id": "r1", "severity": "broken", "confidence": "upstream"},
+                                {"id": "r2", "severity": "degraded", "confidence": "documents"}]
+        if i == 4:
+            cell["outcome"], cell["reason"] = "not-covered", "not covered here: x"
+    report = Report.from_run(FP, cells, exitstatus=1, created="2026-01-01T00:00:00Z")
+    rows = []
+    for cell in cells:
+        record = CellRecord.from_dict({**cell, "runner": "r1"})
+        rows.append((record.nodeid, record.outcome, [(f.severity, f.unconfirmed) for f in record.findings],
+                     encode_cell(record)))
+    text = "".join(run_json_chunks(FP, rows, len(rows), exitstatus=1, indent=indent))
+    data = json.loads(text)
+    data["created"] = "2026-01-01T00:00:00Z"
+    assert data == json.loads(_old_text(report, indent))
+    assert text.replace(json.loads(text)["created"], "2026-01-01T00:00:00Z") == _old_text(report, indent)
+
+
+def test_finished_cells_are_kept_as_lines_and_heard_again(pytester: pytest.Pytester) -> None:
+    """A cell whose teardown reported is kept as its report line; a later report of it (a re-run, here a
+    conftest that logs the teardown report again with another outcome) makes it a dict again, and the report, the
+    summary and the baseline's Report all say what the reports said."""
+    pytester.makeconftest('''
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and item.name.endswith("[hf-a=2]"):
+        item.ihook.pytest_runtest_logreport(report=report)  # heard once more after it settled
+    return report
+''')
+    pytester.makepyfile(test_m='''
+import pytest
+
+@pytest.mark.gpucompat(engine="hf", params={"a": [1, 2, 3]})
+def test_cell(gpucompat_cell):
+    assert gpucompat_cell.params["a"] != 3, "three is wrong"
+''')
+    out = pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json", "-p", "no:cacheprovider")
+    out.assert_outcomes(passed=2, failed=1)
+    out.stdout.fnmatch_lines(["*3 cells on *: 1 failed, 2 passed*", "*FAILED*a=3*three is wrong*"])
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert [(c["nodeid"].split("::")[1], c["outcome"], c["reason"]) for c in data["cells"]] == [
+        ("test_cell[hf-a=1]", "passed", None), ("test_cell[hf-a=2]", "passed", None),
+        ("test_cell[hf-a=3]", "failed", "AssertionError: three is wrong")]
+    assert data["summary"]["outcomes"]["passed"] == 2 and data["summary"]["outcomes"]["failed"] == 1
+    twice, once = data["cells"][1]["duration_s"], data["cells"][0]["duration_s"]
+    assert twice is not None and once is not None

@@ -94,8 +94,8 @@ def write_failure_message(path: str | os.PathLike[str], exc: OSError, checkpoint
     return f"gpucompat: could not write {name}: {one_line(exc.strerror or str(exc))}; {kept}"
 
 
-def write_report_atomic(report: Report, path: str | os.PathLike[str]) -> Path:
-    """Write the report as JSON atomically (see `write_text_atomic`), a cell at a time (`Report.json_chunks`): the
-    whole text is never held in memory."""
-    return write_text_atomic(path, report.json_chunks())
+def write_report_atomic(report: Report | Iterable[str], path: str | os.PathLike[str]) -> Path:
+    """Write the report as JSON atomically (see `write_text_atomic`), a cell at a time (`Report.json_chunks`, or
+    the chunks given: ``model.run_json_chunks``): the whole text is never held in memory."""
+    return write_text_atomic(path, report.json_chunks() if isinstance(report, Report) else report)
 

@@ -12,7 +12,7 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -137,30 +137,9 @@ class Report:
     @property
     def summary(self) -> dict[str, Any]:
         """Counts for humans and dashboards: derived from the cells so it can never disagree with them."""
-        outcomes = dict.fromkeys(OUTCOMES, 0)
-        per_runner: dict[str, dict[str, int]] = {name: dict.fromkeys(OUTCOMES, 0) for name in self.runners}
-        severities = dict.fromkeys(SEVERITIES, 0)
-        unconfirmed = 0
-        by_nodeid: dict[str, bool] = {}
-        for cell in self.cells:
-            outcomes[cell.outcome] += 1
-            per_runner.setdefault(cell.runner, dict.fromkeys(OUTCOMES, 0))[cell.outcome] += 1
-            for finding in cell.findings:
-                if finding.unconfirmed:
-                    unconfirmed += 1
-                else:
-                    severities[finding.severity] = severities.get(finding.severity, 0) + 1
-            by_nodeid[cell.nodeid] = by_nodeid.get(cell.nodeid, False) or cell.outcome != "not-covered"
-        return {
-            "cells": len(self.cells),
-            "nodeids": len(by_nodeid),
-            "runners": len(self.runners),
-            "outcomes": outcomes,
-            "per_runner": per_runner,
-            "findings": severities,
-            "unconfirmed_claims": unconfirmed,
-            "uncovered": sum(1 for covered in by_nodeid.values() if not covered),
-        }
+        return summarize(self.runners, (
+            (c.nodeid, c.runner, c.outcome, [(f.severity, f.unconfirmed) for f in c.findings] if c.findings else ())
+            for c in self.cells))
 
     def to_dict(self, cells: bool = True) -> dict[str, Any]:
         """The report's JSON form; without ``cells`` (`json_chunks`), everything but the cells' list."""
@@ -190,19 +169,7 @@ class Report:
         One line per cell reads and diffs cell by cell, and lets Python's C encoder do the bulk: with ``indent``
         json.dumps falls back to its pure-Python encoder, five to seven times slower on a large report.
         """
-        data = self.to_dict(cells=False)
-        encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # json.dumps makes one per call
-        data["cells"] = _CELLS_MARK
-        text = json.dumps(data, indent=2 if indent else None, ensure_ascii=False, allow_nan=False)
-        head, _, tail = text.partition(json.dumps(_CELLS_MARK))
-        if not self.cells:
-            yield head + "[]" + tail + "\n"
-            return
-        first, separator, last = ("[\n    ", ",\n    ", "\n  ]") if indent else ("[", ", ", "]")
-        yield head + first
-        for i, cell in enumerate(self.cells):
-            yield (separator if i else "") + encode(cell.to_dict())
-        yield last + tail + "\n"
+        return _chunks(self.to_dict(cells=False), (encode_cell(cell) for cell in self.cells), bool(self.cells), indent)
 
     @classmethod
     def from_dict(cls, data: Any) -> Report:
@@ -226,3 +193,73 @@ class Report:
             schema_version=int(data["schema_version"]),
             extra=split_known(data, cls._KEYS),
         )
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # json.dumps makes one per call
+
+
+def encode_cell(cell: CellRecord) -> str:
+    """A cell's line of the report file (`Report.json_chunks`, indented or not)."""
+    return _ENCODE(cell.to_dict())
+
+
+def summarize(runners: Collection[str], cells: Iterable[tuple[str, str, str, Iterable[tuple[str, bool]]]]
+              ) -> dict[str, Any]:
+    """`Report.summary` from each cell's (nodeid, runner, outcome, its findings' (severity, unconfirmed)): what a
+    writer that holds its cells as encoded lines (`run_json_chunks`) counts them from."""
+    outcomes = dict.fromkeys(OUTCOMES, 0)
+    per_runner: dict[str, dict[str, int]] = {name: dict.fromkeys(OUTCOMES, 0) for name in runners}
+    severities = dict.fromkeys(SEVERITIES, 0)
+    unconfirmed = 0
+    by_nodeid: dict[str, bool] = {}
+    count = 0
+    for nodeid, runner, outcome, findings in cells:
+        count += 1
+        outcomes[outcome] += 1
+        per_runner.setdefault(runner, dict.fromkeys(OUTCOMES, 0))[outcome] += 1
+        for severity, is_unconfirmed in findings:
+            if is_unconfirmed:
+                unconfirmed += 1
+            else:
+                severities[severity] = severities.get(severity, 0) + 1
+        by_nodeid[nodeid] = by_nodeid.get(nodeid, False) or outcome != "not-covered"
+    return {
+        "cells": count,
+        "nodeids": len(by_nodeid),
+        "runners": len(runners),
+        "outcomes": outcomes,
+        "per_runner": per_runner,
+        "findings": severities,
+        "unconfirmed_claims": unconfirmed,
+        "uncovered": sum(1 for covered in by_nodeid.values() if not covered),
+    }
+
+
+def run_json_chunks(fingerprint: Mapping[str, Any], cells: Iterable[tuple[str, str, Iterable[tuple[str, bool]], str]],
+                    count: int, *, interrupted: bool = False, exitstatus: int | None = None,
+                    indent: bool = True) -> Iterator[str]:
+    """``Report.from_run(fingerprint, ...).json_chunks(indent)`` from cells already encoded: each as (nodeid,
+    outcome, its findings' (severity, unconfirmed), its line as `encode_cell` wrote it with this run's runner name).
+    ``cells`` is iterated twice (the summary, then the lines) and holds ``count`` cells: a writer that keeps its
+    cells as lines never holds them as records too (a report of 100,000 cells)."""
+    name = str(fingerprint.get("name") or "local")
+    head = Report(runners={name: dict(fingerprint)}, cells=(), interrupted=interrupted, exitstatus=exitstatus)
+    data = head.to_dict(cells=False)
+    data["summary"] = summarize(head.runners, ((nodeid, name, outcome, findings)
+                                               for nodeid, outcome, findings, _ in cells))
+    return _chunks(data, (line for _, _, _, line in cells), count > 0, indent)
+
+
+def _chunks(data: dict[str, Any], lines: Iterable[str], any_cells: bool, indent: bool) -> Iterator[str]:
+    """The report's text from its JSON form less the cells (``data``) and the cells' lines."""
+    data["cells"] = _CELLS_MARK
+    text = json.dumps(data, indent=2 if indent else None, ensure_ascii=False, allow_nan=False)
+    head, _, tail = text.partition(json.dumps(_CELLS_MARK))
+    if not any_cells:
+        yield head + "[]" + tail + "\n"
+        return
+    first, separator, last = ("[\n    ", ",\n    ", "\n  ]") if indent else ("[", ", ", "]")
+    yield head + first
+    for i, line in enumerate(lines):
+        yield (separator if i else "") + line
+    yield last + tail + "\n"

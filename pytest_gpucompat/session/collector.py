@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 _CHECKPOINT_S = 5.0
 # A checkpoint waits long enough that writing it takes at most this share of the run: a report of thousands of
-# quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run.
-_CHECKPOINT_SHARE = 0.05
+# quick cells takes a noticeable fraction of a second to write, and rewriting it every 5 s would slow such a run
+# (1 %: with the final write, the report costs such a run a few percent in all).
+_CHECKPOINT_SHARE = 0.01
 _WRITE_S_PER_CELL = 50e-6  # what a checkpoint costs per cell until one has been timed
 _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 # the phase a worker died in, from the cell's "when": None after a setup that passed, "setup" after one that did not
@@ -66,8 +68,11 @@ class ReportCollector:
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self._final_written: bool | None = None  # whether the final write succeeded; None before it
         self._first_checkpoint_tried = False  # the checkpoint written as the first test starts
-        # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from
-        self.cells: dict[str, dict[str, Any]] = {}
+        # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from; a finished
+        # cell as its line of the report (_Settled)
+        self.cells: dict[str, dict[str, Any] | _Settled] = {}
+        self._runner: str | None = None  # the report's runner name, as Report.from_run names it
+        self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str]] | None = None
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
@@ -93,7 +98,7 @@ class ReportCollector:
                 if key == "gpucompat":
                     sent = value
                     break
-            cell = self.cells.get(nodeid)
+            cell = self._cell(nodeid)
             if sent is None and cell is not None:  # a phase that changed nothing since the cell's last payload
                 if report.outcome == "passed" and getattr(report, "wasxfail", None) is None:
                     # `_again` the short way, for most reports of a large run: a passed setup or teardown has no
@@ -114,6 +119,8 @@ class ReportCollector:
                 else:
                     cell_payload.merge(cell, payload)
                 self._again(report, cell, payload)
+        if report.when == "teardown":
+            self._settle(nodeid)
         if self.path and self._checkpoint_due():
             self.write(partial=True)
 
@@ -129,7 +136,7 @@ class ReportCollector:
     def _crashed(self, report: pytest.TestReport, reason: str) -> None:
         """xdist's report of an item whose worker died: it carries no payload, so a cell that sent no report yet
         takes its engine, params and findings from what its worker collected."""
-        cell = self.cells.get(report.nodeid)
+        cell = self._cell(report.nodeid)
         when = "setup" if cell is None else _NEXT_PHASE[cell.get("when")]
         if cell is None:
             payload = self._collected_payload(_worker_id(report), report.nodeid)
@@ -138,6 +145,41 @@ class ReportCollector:
             cell = self.cells[report.nodeid] = cell_payload.new_cell(report.nodeid, _worker_id(report), payload)
         cell["outcome"], cell["reason"], cell["when"] = "failed", reason, when
         self._explain(cell)
+
+    def _cell(self, nodeid: str) -> dict[str, Any] | None:
+        """The cell's dict to fold a report into (a settled cell that hears again, a re-run, is a dict again)."""
+        cell = self.cells.get(nodeid)
+        if isinstance(cell, _Settled):
+            cell = self.cells[nodeid] = json.loads(cell.line)
+        return cell
+
+    def _settle(self, nodeid: str) -> None:
+        """A cell whose teardown has reported is kept as its line of the report, which is all the report needs of it:
+        one string (and a small object) rather than a dict of a dozen keys and their values for the rest of the run,
+        and no record made for it at each write. Not a cell that never reported an outcome (`build` gives it the
+        run's reason), nor one whose line cannot be written (the write says so, as it always did)."""
+        cell = self.cells.get(nodeid)
+        if not self.path or not isinstance(cell, dict) or (cell["outcome"] == "error" and not cell.get("reason")):
+            return  # without a report, the run's summary is all that reads the cells
+        if self._line_of is None:  # once: the report's modules are imported by a run that writes one
+            from ..report.model import CellRecord, encode_cell
+
+            self._runner = str(self._fingerprint().get("name") or "local")
+            self._line_of = (CellRecord.from_dict, encode_cell)
+        make, encode = self._line_of
+        cell["runner"] = self._runner  # the dict is done with (Report.from_run names every cell's runner so too)
+        try:
+            record = make(cell)
+            line = encode(record)
+        except ValueError:
+            return
+        self.cells[nodeid] = _Settled(line, record)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
+        if self.worker_fingerprints:
+            fp["workers"] = self.worker_fingerprints
+        return fp
 
     def _explain(self, cell: dict[str, Any]) -> None:
         """A failed or errored cell whose reason or log tail matches a rule's signature says which known issue it
@@ -243,17 +285,39 @@ class ReportCollector:
 
     # ------------------------------------------------------------------ writing
 
+    def _dicts(self, partial: bool) -> Iterator[tuple[str, dict[str, Any] | _Settled]]:
+        """Each cell: a settled one as it is, a dict in the records' JSON form already (one that never reported an
+        outcome says why it has none)."""
+        unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
+        for nodeid, cell in self.cells.items():
+            if isinstance(cell, dict) and cell["outcome"] == "error" and not cell.get("reason"):
+                cell = {**cell, "reason": unfinished}
+            yield nodeid, cell
+
     def build(self, exitstatus: int | None = None, partial: bool = False) -> Any:
+        """The report as a `Report` (the baseline comparison reads it); the file is written from `_json_chunks`."""
         from ..report.model import Report
 
-        unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
-        # the cells are the records' JSON form already; one that never reported an outcome says why it has none
-        cells = [{**cell, "reason": unfinished} if cell["outcome"] == "error" and not cell.get("reason") else cell
-                 for cell in self.cells.values()]
-        fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
-        if self.worker_fingerprints:
-            fp["workers"] = self.worker_fingerprints
-        return Report.from_run(fp, cells, interrupted=self.interrupted or partial, exitstatus=exitstatus)
+        cells = [json.loads(cell.line) if isinstance(cell, _Settled) else cell for _, cell in self._dicts(partial)]
+        return Report.from_run(self._fingerprint(), cells, interrupted=self.interrupted or partial,
+                               exitstatus=exitstatus)
+
+    def _json_chunks(self, exitstatus: int | None, partial: bool) -> Iterator[str]:
+        """`build(...).json_chunks()` without the records: a settled cell is its line already, the others (cells
+        still running at a checkpoint, and the few that cannot settle) are made records of here."""
+        from ..report.model import CellRecord, encode_cell, run_json_chunks
+
+        fp = self._fingerprint()
+        name = str(fp.get("name") or "local")
+        rows: list[tuple[str, str, Any, str]] = []
+        for nodeid, cell in self._dicts(partial):
+            if isinstance(cell, _Settled):
+                rows.append((nodeid, cell.outcome, cell.findings, cell.line))
+            else:
+                record = CellRecord.from_dict({**cell, "runner": name})
+                rows.append((nodeid, record.outcome, _severities(record), encode_cell(record)))
+        return run_json_chunks(fp, rows, len(rows), interrupted=self.interrupted or partial, exitstatus=exitstatus,
+                               indent=not partial)
 
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
@@ -270,12 +334,12 @@ class ReportCollector:
         # the final write holds Ctrl-C and SIGTERM until the file is whole: a signal in the middle lost the report
         with contextlib.nullcontext() if partial else signals_held():
             try:
-                report = self.build(exitstatus, partial)
+                chunks = self._json_chunks(exitstatus, partial)
                 if partial:
-                    write_text_atomic(self.path, report.json_chunks(indent=False))
+                    write_text_atomic(self.path, chunks)
                     self._checkpoint = (len(self.cells), time.time())
                 else:
-                    write_report_atomic(report, self.path)
+                    write_report_atomic(chunks, self.path)
             except OSError as exc:  # a full disk: the atomic write left the last checkpoint in place
                 self._last_write = time.monotonic()  # the next checkpoint waits as usual
                 if not partial:
@@ -364,7 +428,7 @@ class ReportCollector:
         from ..common.textfit import terminal_width
         from ..report.summary import summary_lines
 
-        cells = list(self.cells.values())
+        cells = [_summary_cell(cell) for cell in self.cells.values()]
         if self.kept:
             tr.section("gpucompat")
             tr.write_line(visible(f"gpucompat: {self.kept}"))
@@ -384,6 +448,38 @@ class ReportCollector:
             lines.append(self.diff_text)
         for line in lines:
             tr.write_line(visible(line))
+
+
+class _Settled:
+    """A finished cell as its line of the report (``report.model.encode_cell``), with what the report's summary
+    counts of it: its outcome and its findings' (severity, unconfirmed)."""
+
+    __slots__ = ("findings", "line", "outcome", "quiet")
+
+    def __init__(self, line: str, record: Any) -> None:
+        self.line = line
+        self.outcome: str = _OUTCOMES.get(record.outcome, record.outcome)
+        self.findings: tuple[tuple[str, bool], ...] = _severities(record)
+        # nothing the terminal summary lists: it only counts the cell
+        self.quiet = not (record.findings or record.rules or record.explained_by or record.log_tail) \
+            and record.outcome in _QUIET
+
+
+_QUIET = {o: MappingProxyType({"outcome": o, "findings": (), "rules": ()})
+          for o in ("passed", "skipped", "xfailed", "xpassed", "not-covered")}
+_OUTCOMES = {o: o for o in _QUIET}  # one string per outcome, not one per settled cell
+
+
+def _severities(record: Any) -> tuple[tuple[str, bool], ...]:
+    return tuple((f.severity, f.unconfirmed) for f in record.findings) if record.findings else ()
+
+
+def _summary_cell(cell: dict[str, Any] | _Settled) -> Mapping[str, Any]:
+    """A cell as the terminal summary reads it: a quiet settled cell as a mapping of what the summary counts (one
+    per outcome), any other settled cell decoded."""
+    if not isinstance(cell, _Settled):
+        return cell
+    return _QUIET[cell.outcome] if cell.quiet else json.loads(cell.line)
 
 
 def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str | None) -> None:

@@ -67,10 +67,13 @@ class CellState:
             fixed = self._fixed = (self.findings, self.flagged, cell_payload.fixed_text(self))
         live = cell_payload.live_text(self, runner)
         sent = self._sent
-        if passed and sent is not None and sent[1] == live and sent[0] == fixed[2]:
-            return None
-        self._sent = (fixed[2], live)
-        return cell_payload.join(fixed[2], live)
+        unchanged = passed and sent is not None and sent[1] == live and sent[0] == fixed[2]
+        if when == "teardown":  # the cell's last phase: nothing later compares with these texts (a re-run sends its
+            # setup's payload anyway), and the cell is kept to the end of the run
+            self._fixed = self._sent = None
+        elif not unchanged:
+            self._sent = (fixed[2], live)
+        return None if unchanged else cell_payload.join(fixed[2], live)
 
 
 cell_key = cast("pytest.StashKey[CellState]", cell_payload.CELL_KEY)  # the collector's key, typed for the plugin
