@@ -206,7 +206,7 @@ def format_fingerprint(fp: Fingerprint) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .kb import check, evaluate_machine, load_kb
-    from .kb.predict import machine_predictions
+    from .kb.predict import machine_predictions, refuse_bad_settings
     from .machine import fingerprint
 
     if args.to and not args.args:
@@ -216,6 +216,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.args:
         return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
+    for fp in fleet.values():
+        refuse_bad_settings(machine_predictions(fp), args.env or "this machine")
     if args.json:  # the whole document, filtered by --severity; --quiet is for people, not for JSON readers
         docs = [{**check.to_json(fp, found, args.severity), "predictions": machine_predictions(fp)}
                 for fp, found in results]
@@ -235,7 +237,7 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     with that release and the command line's settings (kb.cmdline)."""
     from .kb import check, evaluate_machine
     from .kb.cmdline import check_command, engine_of, format_command_check, parse_target, split_args, target_fingerprint
-    from .kb.predict import machine_predictions
+    from .kb.predict import machine_predictions, refuse_bad_settings
 
     if len(fleet) != 1:
         raise InputError("--env", None, "--args checks one machine: give a fingerprint file of one runner")
@@ -249,6 +251,7 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     target, assumed = target_fingerprint(fp, checked)
     checked = replace(checked, assumed=assumed)
     found = evaluate_machine(kb, target)
+    refuse_bad_settings(machine_predictions(target), "--args")
     if args.json:
         print(jsontext.dumps({"command": checked.to_dict(), **check.to_json(target, found, args.severity),
                               "predictions": machine_predictions(target)}, indent=2))

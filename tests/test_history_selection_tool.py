@@ -256,3 +256,38 @@ def test_reasons_are_factored_and_put_back_in_order() -> None:
     assert f["order"] == ["dtype not supported", "kv_cache_dtype not supported"]
     assert f["exact"] == {}
     assert progressions([8, 16, 24, 64, 128, 256]) == [[8, 24, 8], [64, 128, 64], [256, 256, 0]]
+
+
+def test_each_imported_name_is_bound_on_its_own() -> None:
+    """`from m import (LAZY, helper)` where `LAZY` comes from the module's `__getattr__` and cannot be computed for
+    the stated machine: only `LAZY` is unknown; `helper` is the module's function, as Python binds each name of
+    the statement on its own (vLLM 0.32.0's `PIN_MEMORY` beside `is_quantized_kv_cache`)."""
+    from _history_run import Runner
+    from _history_runtypes import _UNKNOWN, Machine
+
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/utils.py": textwrap.dedent("""
+            import torch
+
+            def __getattr__(name):
+                if name == "LAZY":
+                    return torch.cuda.is_available() and torch.cuda.pin_memory_supported()
+                raise AttributeError(name)
+
+            def helper(kv):
+                return kv.startswith("fp8")
+        """),
+        "pkg/user.py": textwrap.dedent("""
+            from pkg.utils import (
+                LAZY,
+                helper,
+            )
+
+            ANSWER = helper("fp8_e4m3")
+        """),
+    }
+    runner = Runner(Project(files), Machine(9, 0, True))
+    ns = runner.module("pkg.user").ns
+    assert ns["ANSWER"] is True
+    assert ns["LAZY"] is _UNKNOWN

@@ -25,8 +25,7 @@ SEL = load_selection("vllm")
 V100, T4, A100, L40S, H100 = (7, 0), (7, 5), (8, 0), (8, 9), (9, 0)
 WINDOW = [v for v in (SEL.versions() if SEL else []) if Version("0.11") <= Version(v) <= Version("0.34.0")]
 SAMPLES = ["0.11.1", "0.12.0", "0.14.0", "0.17.0", "0.18.0", "0.19.1", "0.20.0", "0.22.0", "0.23.0", "0.24.0",
-           "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.30.0", "0.31.0", "0.33.0", "0.34.0"]
-"""0.32.0 is left out: its reading stops at `is_quantized_kv_cache` (test_known_reading_gaps_answer_unknown)."""
+           "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 
 
 def ask(release: str, cap: tuple[int, int], kv: str = "auto", fi: bool = True, forced: str | None = None,
@@ -240,11 +239,34 @@ def test_a_malformed_selection_file_is_one_line_naming_the_field(tmp_path: Path,
 
 
 def test_known_reading_gaps_answer_unknown() -> None:
-    """Where the interpreter stops (a module-level name it could not compute: 0.32.0's `is_quantized_kv_cache`,
-    0.27.0+'s `logger` on FLASH_ATTN's fp8 path below 8.0), the answer is "unknown" with the reason, never a guess.
-    Pinned so that a better reading shows up here."""
+    """Where the interpreter stops (a module-level name it could not compute: 0.27.0+'s `logger` on FLASH_ATTN's fp8
+    path below 8.0), the answer is "unknown" with the reason, never a guess. Pinned so that a better reading shows
+    up here."""
     assert SEL is not None
-    p = predict(SEL, Setting("0.32.0", H100, "bfloat16", 128, "auto", True))
-    assert p.outcome == "unknown" and p.unknown is not None and "FLASH_ATTN" in p.unknown
     q = predict(SEL, Setting("0.34.0", V100, "bfloat16", 128, "fp8", True))
     assert q.outcome == "unknown"
+
+
+def test_0_32_0_is_read_through_its_lazy_module_attribute() -> None:
+    """0.32.0 made `PIN_MEMORY` a lazy module attribute (vllm/utils/torch_utils.py:80-84, `def __getattr__`), and
+    flash_attn.py:16-20 imports it in one statement with `is_quantized_kv_cache`: only that name is unknown to the
+    reading, so FLASH_ATTN's `supports_kv_cache_dtype` (flash_attn.py:433-440) is decided. Expected, from 0.32.0's
+    code: the non-MLA order FLASH_ATTN, FLASHINFER, TRITON_ATTN (vllm/platforms/cuda.py:174-176); FLASH_ATTN needs
+    cc >= 8.0 (flash_attn.py:453-454); FlashInfer's floor is raised to 8.0 up to 12.1 (flashinfer.py:577);
+    fp8_e5m2 is refused by FA (v1/attention/backends/fa_utils.py:293-294), fp8/fp8_e4m3 only with FA3 on sm90
+    (fa_utils.py:309-314); the Triton backend refuses an fp8 KV cache below SM89 when its layers are built
+    (triton_attn.py:490-499), and on CUDA quantizes the query (triton_attn.py:529) so the layer asserts the KV
+    cache is fp8/fp8_e4m3 at the first forward pass (model_executor/layers/attention/attention.py:515)."""
+    r = "0.32.0"
+    assert ask(r, H100)[:2] == ("chosen", "FLASH_ATTN")
+    assert ask(r, A100, fi=False)[:2] == ("chosen", "FLASH_ATTN")
+    assert ask(r, T4)[:2] == ("chosen", "TRITON_ATTN")  # FlashInfer's floor is 8.0 in this release
+    assert ask(r, V100, fi=False)[:2] == ("chosen", "TRITON_ATTN")
+    assert ask(r, A100, "fp8")[:2] == ("chosen", "FLASHINFER")
+    assert ask(r, A100, "fp8", fi=False)[:2] == ("refused-at-init", "TRITON_ATTN")
+    assert ask(r, L40S, "fp8", fi=False)[:2] == ("chosen", "TRITON_ATTN")
+    assert ask(r, H100, "fp8_e5m2", fi=False)[:2] == ("asserts", "TRITON_ATTN")
+    assert ask(r, H100, "fp8_e5m2", fi=True)[:2] == ("chosen", "FLASHINFER")
+    outcome, backend, error = ask(r, T4, forced="FLASH_ATTN")
+    assert (outcome, backend) == ("refused", None) and error is not None and "compute capability" in error
+    assert ask(r, T4, forced="TRITON_ATTN")[:2] == ("chosen", "TRITON_ATTN")

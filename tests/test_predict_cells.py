@@ -248,3 +248,34 @@ def test_a_failed_start_is_compared_through_the_backend_its_traceback_runs_throu
         entry = cell_prediction("vllm", cell["params"], fp, None, "0.26.0", log_tail=other)
         assert entry is not None and entry["matches"] is False and "TRITON_ATTN" in entry["traced"]
         assert differs_finding(entry, "vllm") is not None
+
+
+@pytest.mark.parametrize(("params", "argv", "message"), [
+    ({"attention_backend": "NOT_A_BACKEND"}, None,
+     "field 'params.attention_backend': no selection data for forced backend NOT_A_BACKEND in vllm 0.25.0"),
+    ({"attention_backend": "../etc"}, None, "'../etc' is not a backend name"),
+    ({"dtype": "float64"}, None, "field 'params.dtype': model dtype 'float64' is not one of"),
+    ({}, ["--args", "vllm serve m --attention-backend NOT_A_BACKEND", "--to", "vllm==0.26.0"],
+     "--args: field 'params.attention_backend': no selection data for forced backend NOT_A_BACKEND in vllm 0.26.0"),
+    ({}, ["--args", "vllm serve m", "--to", "vllm==0.99.0"], "vllm 0.99.0 is not in the release history"),
+])
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              params: dict[str, Any], argv: list[str] | None, message: str) -> None:
+    """An unknown backend name, dtype or release asked about (in the fingerprint's params, in --args, in --to) is
+    bad input: one line naming it, exit 2, no traceback, never a prediction line to overlook."""
+    for extra in ([], ["--json"]):
+        code = main(["check", "--env", str(_fp(tmp_path, **params)), *(argv or []), *extra])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("cap", ["abc", "9.0.1", "nine"])
+def test_a_compute_capability_that_is_not_a_number_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cap: str) -> None:
+    fp = json.loads(_fp(tmp_path).read_text(encoding="utf-8"))
+    fp["gpus"][0]["compute_capability"] = cap
+    (tmp_path / "fp.json").write_text(json.dumps(fp), encoding="utf-8")
+    for argv in ([], ["--args", "vllm serve m", "--to", "vllm==0.26.0"]):
+        code = main(["check", "--env", str(tmp_path / "fp.json"), *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "compute_capability" in err and len(err.splitlines()) == 1

@@ -113,6 +113,9 @@ def test_a_rule_on_both_sides_of_a_flag_is_not_a_contradiction(tmp_path):
     ({"facts": [{"release": "cuda", "matches": "twelve"}]}, "bounds.facts[0].matches"),
     ({"narrower": "why"}, "bounds"),
     ({"facts": [], "colour": 1}, "bounds.colour"),
+    ({"facts": [{"selection": "crashes"}]}, "bounds.facts[0].selection"),
+    ({"facts": [{"selection": "refused", "picks": ["../x"]}]}, "bounds.facts[0].picks"),
+    ({"facts": [{"selection": "refused", "backend": "FLASH_ATTN"}]}, "bounds.facts[0].backend"),
 ])
 def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bounds, field):
     raw = shipped("vllm-v1-flash-attn-backend-needs-sm80")
@@ -138,6 +141,61 @@ def test_bounds_the_history_cannot_judge_are_lint_errors(tmp_path, bounds, says)
     problems = lint_one(tmp_path, raw)
     assert any(says in p for p in problems), problems
     assert all("\n" not in p for p in problems)
+
+
+SELECTION_ONLY = [
+    # the window computed from the selection data alone (kb.predict over vllm-selection.json): a forced FLASH_ATTN
+    # is refused below cc 8.0 in every priority-design release (0.11.1+); the setting exists from 0.13.0
+    ("vllm-v1-flash-attn-backend-needs-sm80", {"selection": "refused"}, ">=0.13.0", [(">=0.14", "first: 0.13.0")]),
+    # a forced TRITON_ATTN with an fp8 KV cache below cc 8.9 is refused when the layers are built from 0.24.0
+    ("vllm-v1-fp8-kv-triton-needs-sm89", {"selection": "refused-at-init", "picks": "TRITON_ATTN"}, ">=0.24.0",
+     [(">=0.25.0", "first: 0.24.0"), (">=0.23.0", "0.23.0")]),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "fact", "shipped_range", "off"), SELECTION_ONLY)
+def test_a_selection_fact_alone_bounds_the_rule(tmp_path, rule_id, fact, shipped_range, off):
+    """A rule that restates the selection gets its window from the prediction: lint accepts the shipped range with
+    no other fact or anchor, and refuses one release off either way."""
+    raw = shipped(rule_id)
+    assert raw["when"]["packages"]["vllm"] == shipped_range
+    raw["bounds"] = {"facts": [fact]}
+    assert lint_one(tmp_path, raw) == []
+    for packages, says in off:
+        raw["when"]["packages"] = {"vllm": packages}
+        problems = lint_one(tmp_path, raw)
+        assert any(says in p for p in problems), problems
+
+
+def test_a_selection_fact_follows_the_data(tmp_path):
+    """The window moves with the data: a selection file in which 0.24.0's Triton backend accepts fp8 on every GPU
+    (the release's profiles with the init refusal removed) makes lint refuse a rule that still covers 0.24.0."""
+    raw = shipped("vllm-v1-fp8-kv-triton-needs-sm89")
+    raw["bounds"] = {"facts": [{"selection": "refused-at-init", "picks": "TRITON_ATTN"}]}
+    data = json.loads((REPO / "matrices" / "history" / "vllm-selection.json").read_text())
+    versions = [r["version"] for r in data["releases"]]
+
+    def drop(node):  # type: ignore[no-untyped-def]
+        if isinstance(node, dict):
+            node.pop("refuses_at_init", None)
+            for value in node.values():
+                drop(value)
+        elif isinstance(node, list):
+            for value in node:
+                drop(value)
+
+    for run in data["runs"]:
+        if versions.index(run["first"]) <= versions.index("0.24.0") <= versions.index(run["last"]):
+            drop(run["profiles"])
+    history = tmp_path / "h"
+    history.mkdir()
+    (history / "vllm-selection.json").write_text(json.dumps(data))
+    (history / "vllm.json").write_text((REPO / "matrices" / "history" / "vllm.json").read_text())
+    path = tmp_path / "rule.yaml"
+    path.write_text(yaml.safe_dump({"rules": [raw]}, sort_keys=False))
+    problems = [p for r in lint_rules(load_rule_file(path), known={"vllm": load_history("vllm", history)})
+                for p in r.problems]
+    assert any("0.24.0" in p and "bounds do not" in p for p in problems), problems
 
 
 def test_an_anchor_whose_file_is_in_no_release_is_named(tmp_path):
@@ -226,6 +284,8 @@ def _big_history(tmp_path: Path, extra: int) -> Path:
     out = tmp_path / f"h{extra}"
     out.mkdir()
     (out / "vllm.json").write_text(json.dumps(data, separators=(",", ":")))
+    selection = REPO / "matrices" / "history" / "vllm-selection.json"  # read beside the history (selection facts)
+    (out / "vllm-selection.json").write_text(selection.read_text())
     return out
 
 

@@ -93,32 +93,39 @@ class Runner(Evaluator):
                 if isinstance(target, Mod):
                     env.update({k: v for k, v in target.ns.items() if not k.startswith("_")})
                 continue
-            sub = f"{base}.{alias.name}"
-            value: Any
-            if alias.name == "current_platform" and base.endswith(".platforms"):
-                value = self.current_platform()
-            elif isinstance(target, Mod):
-                if alias.name in target.ns:
-                    value = target.ns[alias.name]
-                elif self.project.has_module(sub):
-                    value = self.module(sub)
-                elif "__getattr__" in target.ns:
-                    value = self.call(target.ns["__getattr__"], [alias.name], {})
-                elif self.project.by_module.get(base, "").endswith("__init__.py"):
-                    value = Ext(sub)  # a compiled extension module of the package (`from . import _vllm_fa2_C`)
-                elif not target.done:
-                    # a module still running its own imports (a circular import): this interpreter does not run
-                    # parent packages first as Python does, so the name is unknown here, not an ImportError
-                    value = _UNKNOWN
-                else:
-                    raise Raised("ImportError", f"cannot import name '{alias.name}' from '{base}'")
-            elif sub == "typing.TYPE_CHECKING":
-                value = False  # what runs, not what a type checker reads
-            else:
-                value = self.import_name(sub) if self.project.has_module(sub) else Ext(sub)
-                if isinstance(value, Ext) and sub.split(".")[0] == "flashinfer" and not self.machine.flashinfer:
-                    raise Raised("ModuleNotFoundError", f"No module named '{sub}'")
+            try:
+                value = self._imported(alias.name, base, target)
+            except (Unknowable, TypeError, AttributeError, KeyError, IndexError, ValueError, ZeroDivisionError):
+                # one name the machine cannot fix (a lazy module attribute) leaves only that name unknown, not the
+                # other names of the same statement, as Python binds each name of `from m import a, b` on its own
+                value = _UNKNOWN
             env[alias.asname or alias.name] = value
+
+    def _imported(self, name: str, base: str, target: Any) -> Any:
+        """The value `from base import name` binds, `target` being what `base` imported as."""
+        sub = f"{base}.{name}"
+        if name == "current_platform" and base.endswith(".platforms"):
+            return self.current_platform()
+        if isinstance(target, Mod):
+            if name in target.ns:
+                return target.ns[name]
+            if self.project.has_module(sub):
+                return self.module(sub)
+            if "__getattr__" in target.ns:
+                return self.call(target.ns["__getattr__"], [name], {})
+            if self.project.by_module.get(base, "").endswith("__init__.py"):
+                return Ext(sub)  # a compiled extension module of the package (`from . import _vllm_fa2_C`)
+            if not target.done:
+                # a module still running its own imports (a circular import): this interpreter does not run
+                # parent packages first as Python does, so the name is unknown here, not an ImportError
+                return _UNKNOWN
+            raise Raised("ImportError", f"cannot import name '{name}' from '{base}'")
+        if sub == "typing.TYPE_CHECKING":
+            return False  # what runs, not what a type checker reads
+        value = self.import_name(sub) if self.project.has_module(sub) else Ext(sub)
+        if isinstance(value, Ext) and sub.split(".")[0] == "flashinfer" and not self.machine.flashinfer:
+            raise Raised("ModuleNotFoundError", f"No module named '{sub}'")
+        return value
 
     def _absolute(self, current: str, level: int, target: str | None) -> str:
         if level == 0:

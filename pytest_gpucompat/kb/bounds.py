@@ -4,7 +4,11 @@ not typed from the one release someone read.
 - ``facts``: tests on what the release history extracts per release: an attention backend's declared compute
   capabilities, dtypes, KV-cache dtypes and head sizes (``{backend: FLASH_ATTN, refuses: compute_capability}``: the
   backend refuses every compute capability the rule's ``when`` names), or a build fact of an engine whose history is
-  its release notes (``{release: cuda, matches: ">=12,<13"}``, ``{release: driver_floor, refuses: driver}``).
+  its release notes (``{release: cuda, matches: ">=12,<13"}``, ``{release: driver_floor, refuses: driver}``), or
+  the outcome the engine's selection data predicts (``{selection: refused}``, ``{selection: asserts, picks:
+  TRITON_ATTN}``; kb.predict, for every setting the rule's ``when`` names: its compute capabilities, KV-cache
+  dtypes, forced backends, dtypes, head sizes and FlashInfer installed or absent). A rule that only restates the
+  selection then follows the data: its window is where the prediction says what the rule says.
 - ``anchors``: a piece of engine code the rule rests on: a file of the released wheel (alternatives where the code
   moved) and what must be found there (a list: alternatives where the code changed form): a literal of the source
   (``text``), a part of a string constant as the parser joins it (``string``: a message split over lines, an
@@ -43,22 +47,34 @@ BACKEND_ATTRS = {"compute_capability": "compute_capability", "kv_cache_dtype": "
 STACK_FIELDS = ("cuda", "trt", "container", "driver_floor", "driver_ga")
 ANCHOR_FINDS = ("text", "string", "code", "value", "assert_in")
 ANCHOR_TESTS = ("equals", "contains", "excludes", "at_least", "at_most")
+OUTCOMES = ("chosen", "refused", "refused-at-init", "asserts")
+"""What a ``selection`` fact may expect (kb.predict's ``Prediction.outcome``)."""
 
 Fail = Callable[[str, str], Exception]
 
 
 @dataclass(frozen=True)
 class Fact:
-    """``subject`` "backend" (a backend of the history) or "release" (a build fact of the release); ``test``
-    "refuses", "accepts" or "matches"; ``dimensions``: (dimension, values or None = the rule's own)."""
+    """``subject`` "backend" (a backend of the history), "release" (a build fact of the release) or "selection"
+    (the predicted outcome: ``name`` the outcomes joined by "/", ``test`` "predicts", ``picks`` the backends it may
+    choose, empty: any); ``test`` "refuses", "accepts" or "matches"; ``dimensions``: (dimension, values or None = the
+    rule's own)."""
 
     subject: str
     name: str
     test: str
     dimensions: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
     spec: SpecifierSet | None = None
+    picks: tuple[str, ...] = ()
+
+    @property
+    def outcomes(self) -> tuple[str, ...]:
+        return tuple(self.name.split("/")) if self.subject == "selection" else ()
 
     def describe(self) -> str:
+        if self.subject == "selection":
+            picks = f" with {'/'.join(self.picks)}" if self.picks else ""
+            return f"the selection predicts {' or '.join(self.outcomes)}{picks}"
         if self.test == "matches":
             return f"{self.subject} {self.name} {self.spec}"
         dims = ", ".join(d if v is None else f"{d} {'/'.join(v)}" for d, v in self.dimensions)
@@ -136,6 +152,8 @@ def _list(value: Any, fail: Fail, where: str) -> list[Any]:
 def _fact(raw: Any, fail: Fail, where: str) -> Fact:
     if not isinstance(raw, Mapping):
         raise fail(where, "must be a mapping such as {backend: FLASH_ATTN, refuses: compute_capability}")
+    if "selection" in raw:
+        return _selection_fact(raw, fail, where)
     subjects = [k for k in ("backend", "release") if k in raw]
     tests = [k for k in ("refuses", "accepts", "matches") if k in raw]
     unknown = set(map(str, raw)) - {"backend", "release", "refuses", "accepts", "matches"}
@@ -176,6 +194,24 @@ def _fact(raw: Any, fail: Fail, where: str) -> Fact:
     if subject == "release" and (name != "driver_floor" or test != "refuses"):
         raise fail(f"{where}.{test}", "a release refuses a driver through its driver_floor only")
     return Fact(subject, name, test, dimensions=tuple(dims))
+
+
+def _selection_fact(raw: Mapping[Any, Any], fail: Fail, where: str) -> Fact:
+    unknown = set(map(str, raw)) - {"selection", "picks"}
+    if unknown:
+        raise fail(f"{where}.{sorted(unknown)[0]}", "unknown key (known with selection: picks)")
+    outcomes = _names(raw["selection"])
+    if not outcomes or any(o not in OUTCOMES for o in outcomes):
+        raise fail(f"{where}.selection", f"must be one or more of {', '.join(OUTCOMES)}")
+    picks = _names(raw.get("picks"))
+    if picks is None or any(not p or not p.replace("_", "").isalnum() for p in picks):
+        raise fail(f"{where}.picks", "must be a backend name or a list of them")
+    return Fact("selection", "/".join(outcomes), "predicts", picks=tuple(p.upper() for p in picks))
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    items = [] if value is None else value if isinstance(value, list) else [value]
+    return tuple(items) if all(isinstance(v, str) for v in items) else None
 
 
 def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:

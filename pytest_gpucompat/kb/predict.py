@@ -39,6 +39,15 @@ class PredictError(ValueError):
     """The data cannot answer (release not read, capability outside the grid, unknown backend): one line."""
 
 
+class SettingError(PredictError):
+    """The setting asked about is malformed (a compute capability that is not a number, a dtype or backend name the
+    engine does not have): bad input to refuse, not a gap of the data. ``field``: the setting's name."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Setting:
     """One question. ``dtype`` None: the model's own dtype (float16 and bfloat16 are both asked; they are the
@@ -150,7 +159,7 @@ def parse_capability(text: str | float | tuple[int, int]) -> tuple[int, int]:
     raw = str(text)
     m = _CAP.match(raw)
     if m is None:
-        raise PredictError(f"compute capability {raw!r} is not a number like 9.0")
+        raise SettingError("compute_capability", f"compute capability {raw!r} is not a number like 9.0")
     major, minor = m.group(1), m.group(2)
     if minor is None and len(major) == 2 and not raw.strip().startswith("1"):  # "90", "sm_90"
         return int(major[0]), int(major[1])
@@ -164,13 +173,13 @@ def normalize_dtype(dtype: str | None) -> str | None:
         return None
     norm = _DTYPE_ALIASES.get(str(dtype).lower().removeprefix("torch."))
     if norm is None:
-        raise PredictError(f"model dtype {dtype!r} is not one of auto, float16, bfloat16, float32")
+        raise SettingError("dtype", f"model dtype {dtype!r} is not one of auto, float16, bfloat16, float32")
     return norm
 
 
 def check_backend_name(name: str) -> str:
     if not _BACKEND.match(name):
-        raise PredictError(f"attention backend {name[:40]!r} is not a backend name")
+        raise SettingError("attention_backend", f"attention backend {name[:40]!r} is not a backend name")
     return name.upper()
 
 
@@ -235,8 +244,8 @@ def _walk(selection: Selection, facts: Mapping[str, Any], s: Setting) -> Predict
     backends = profile["backends"]
     if s.forced is not None:
         if s.forced not in backends:
-            raise PredictError(f"no selection data for forced backend {s.forced} in {selection.engine} {s.release} "
-                               f"(the data has {', '.join(sorted(backends))})")
+            raise SettingError("attention_backend", f"no selection data for forced backend {s.forced} in "
+                               f"{selection.engine} {s.release} (the data has {', '.join(sorted(backends))})")
         why = reasons(backends[s.forced], s)
         if any(r.startswith("unknown") for r in why):
             return Prediction(s, None, unknown=f"{s.forced}: {'; '.join(why)}", notes=tuple(notes))
@@ -417,7 +426,8 @@ def machine_predictions(fp: Any, directory: str | Path | None = None) -> list[di
         try:
             settings = machine_settings(fp, engine)
         except PredictError as exc:
-            out.append({"engine": engine, "release": fp.packages.get(engine), "unavailable": str(exc)})
+            out.append({"engine": engine, "release": fp.packages.get(engine), "unavailable": str(exc),
+                        **({"bad_setting": exc.field} if isinstance(exc, SettingError) else {})})
             continue
         if not settings:
             continue
@@ -431,8 +441,18 @@ def machine_predictions(fp: Any, directory: str | Path | None = None) -> list[di
             except PredictError as exc:
                 entry.update({"release": s.release, "compute_capability": f"{s.capability[0]}.{s.capability[1]}",
                               "unavailable": str(exc)})
+                if isinstance(exc, SettingError):
+                    entry["bad_setting"] = exc.field
             out.append(entry)
     return out
+
+
+def refuse_bad_settings(entries: Sequence[Mapping[str, Any]], source: str) -> None:
+    """A setting the engine does not have (a backend name, a dtype, a compute capability) is bad input: one line
+    naming it, raised as an InputError (exit 2), never a prediction line to overlook."""
+    for e in entries:
+        if e.get("bad_setting"):
+            raise InputError(source, f"params.{e['bad_setting']}", str(e["unavailable"]))
 
 
 def format_predictions(entries: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -26,6 +26,7 @@ from ..engines.registry import normalize_dtype
 from .bounds import BACKEND_ATTRS, Anchor, Fact
 from .history import History, norm_flag
 from .schema import Rule
+from .selection_window import selection_holds
 
 KNOWN_CAPABILITIES = ("3.0", "3.2", "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5",
                       "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.1", "10.3", "11.0", "12.0", "12.1")
@@ -124,6 +125,9 @@ def suggest(history: History, releases: Iterable[int]) -> str:
 
 
 def _fact_part(rule: Rule, history: History, fld: str, fact: Fact, read: frozenset[int]) -> Part:
+    if fact.subject == "selection":
+        predicted, problem = selection_holds(rule, history, fact, read)
+        return Part(f"{fld}.selection", fact.describe(), predicted, problem)
     kind = "backends" if fact.subject == "backend" else "stack"
     label = fact.describe()
     if not history.known(kind, fact.name):
