@@ -228,7 +228,7 @@ def limit_of(key: KeyFigure, cell: CellRecord) -> tuple[float, str] | None:
         return None
     name, _, argument = key.limit.partition(":")
     source = limit_source(name)
-    return None if source is None else load(source.resolver)(argument, cell)  # type: ignore[no-any-return]
+    return None if source is None else load(source.resolver)(argument, cell)
 
 
 def _used(key: KeyFigure, value: float, limit: float) -> float | None:
