@@ -156,6 +156,21 @@ register(CheckKind(
     ),
 ))
 
+register(CheckKind(
+    "throughput_floor", "generated tokens/s at least the floor matrices.yaml sets for this GPU and engine (opt-in)",
+    run="pytest_gpucompat.checks.throughput_floor:run_floor",
+    metrics=(
+        Metric("throughput_tokens_per_s", "higher", "tokens/s", "throughput_floor",
+               "generated tokens per second under the throughput floor; median of the rounds",
+               tolerance=THROUGHPUT_TOLERANCE),
+        Metric("throughput_floor_tokens_per_s", None, "tokens/s", "throughput_floor",
+               "the floor of this GPU and engine that figure was held to"),
+    ),
+    figures=(KeyFigure("throughput_tokens_per_s", "tokens/s floor", "floor", 55),),
+    limits=(LimitSource("floor", "pytest_gpucompat.checks.throughput_floor:recorded_floor",
+                        "the floor the cell recorded (matrices.yaml throughput_floors)"),),
+))
+
 #: Every recorded figure, from the kinds of check declared above (common.checkkinds): name -> Metric.
 METRICS: dict[str, Metric] = declared_metrics()
 
