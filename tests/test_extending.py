@@ -110,3 +110,36 @@ def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:
                f"'--tsv', {str(target)!r}]))")
     lines = target.read_text().splitlines()
     assert lines and all(line.count("\t") == 1 for line in lines)
+
+
+def test_recipe_add_an_option(copy: Path) -> None:
+    """As "Add an option" says: four edits in options.py, then read from the run's Settings."""
+    options = copy / "pytest_gpucompat" / "options.py"
+    text = options.read_text()
+    edits = [
+        ("_OPTIONS = (\n",
+         '_OPTIONS = (\n    Option("max-cells", metavar="N", type=int, default=7, help="at most N cells"),\n'),
+        ('"gpu-wait", "gpu-budget")', '"gpu-wait", "gpu-budget", "max-cells")'),
+        ("    gpu_budget: float = 0.9\n", "    gpu_budget: float = 0.9\n    max_cells: int = 7\n"),
+        ('gpu_budget=float(opt("gpu-budget")),',
+         'gpu_budget=float(opt("gpu-budget")), max_cells=int(opt("max-cells")),'),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    options.write_text(text)
+    out = _run(copy, """
+import argparse
+from pytest_gpucompat.options import PYTEST, Settings, add_options
+parser = argparse.ArgumentParser()
+add_options(parser.add_argument, "gpucompat-", PYTEST)
+args = parser.parse_args(["--gpucompat-max-cells", "3"])
+class Config:
+    rootpath = None
+    def getoption(self, name, default=None):
+        return getattr(args, name, default)
+    def getini(self, name):
+        return [] if name == "gpucompat_kb" else ""
+print(Settings.from_pytest(Config()).max_cells)
+""")
+    assert out.strip() == "3"
