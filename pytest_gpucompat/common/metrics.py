@@ -12,29 +12,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from .checkkinds import CheckKind, KeyFigure, LimitSource, Metric, declared_figures, declared_metrics, register
+
 SPREAD_SUFFIX = "_spread"
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One recorded figure: which way is better (None: neither, e.g. a count) and its unit.
-
-    `floor`: the absolute change (in `unit`) below which a move is noise whatever its percentage, so a near-zero
-    baseline is judged by absolute change (a drift of 5e-6 nats that becomes 1e-5 has not moved). `tolerance`: the
-    relative change worse than which `gpucompat diff` calls the figure a regression by default (with `floor` as its
-    absolute minimum), when it is also beyond the runs' noise; None: shown as worse or better, never gating unless
-    `--fail-on` names it."""
-
-    name: str
-    better: Literal["higher", "lower"] | None
-    unit: str
-    suite: str
-    summary: str
-    floor: float = 0.0
-    tolerance: float | None = None
 
 
 def spread_name(metric: str) -> str:
@@ -79,87 +61,121 @@ DRIFT_TOLERANCE = 0.5
 AGREEMENT_FLOOR = 0.05
 """A token agreement that moved less than 5 points has not moved (one token of 16 is 6 points)."""
 
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens",
-                      tolerance=THROUGHPUT_TOLERANCE),
-        *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt", floor=0.002,
-                      tolerance=THROUGHPUT_TOLERANCE),
-        Metric("rounds", None, "count", "smoke", "measured rounds behind the medians (after one warm-up round)"),
-        Metric("generate_s", "lower", "s", "smoke", "seconds of one 4 x 16 token generation; median of the rounds"),
-        Metric("repeat_request_s", "lower", "s", "smoke", "seconds per repeat of an identical request"),
-        Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference",
-               DRIFT_FLOOR, DRIFT_TOLERANCE),
-        Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference",
-               DRIFT_FLOOR),
-        Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's",
-               AGREEMENT_FLOOR, 0.0),
-        Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
-        Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
-        *_golden("golden_", "the golden reference (--gpucompat-golden)"),
-        *_golden("golden_cell_", "the same cell in the golden file"),
-        *_golden("outputs_", "the same cell's outputs on the other runner or in the baseline (report/cross.py)"),
-        Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference", 0.001,
-               0.0),
-        Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
-               "steady memory growth per engine create/destroy, of the signal nearest its limit", 1.0, 0.0),
-        Metric("leak_limit_mib_per_cycle", None, "MiB/cycle", "memory", "the limit of that signal"),
-        Metric("leaked_processes_per_cycle", "lower", "processes/cycle", "memory",
-               "processes the engine started and left running, per cycle"),
-        Metric("device_leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
-               "whole-GPU memory growth per cycle (a cross-check: other processes move it)"),
-        Metric("cycles", None, "count", "memory", "create/destroy cycles measured"),
-        Metric("cycle_s", "lower", "s", "memory", "seconds per create/destroy cycle"),
-        Metric("nvml_process_mib_after_last_cycle", "lower", "MiB", "memory",
-               "GPU memory of the engine's processes, helpers left running included"),
-        Metric("torch_allocated_mib_after_last_cycle", "lower", "MiB", "memory", "live tensors in torch's allocator"),
-        Metric("started_processes_after_last_cycle", "lower", "count", "memory",
-               "processes the engine started that still ran after the last cycle"),
-        Metric("torch_reserved_mib_after_last_cycle", "lower", "MiB", "memory", "memory torch's allocator holds"),
-        Metric("host_rss_mib_after_last_cycle", "lower", "MiB", "memory", "resident host memory"),
-        Metric("device_used_before_mib", None, "MiB", "memory", "GPU memory in use before the engine started"),
-        Metric("process_mib_while_up", "lower", "MiB", "memory", "GPU memory of the engine while it is up"),
-        Metric("device_left_behind_mib", "lower", "MiB", "memory",
-               "GPU memory still held after shutdown by the engine's processes or by no live process"),
-        Metric("others_growth_mib", None, "MiB", "memory",
-               "growth of GPU memory held by other processes meanwhile (not blamed)"),
-        Metric("start_s", "lower", "s", "harness", "seconds the engine took to start"),
-        Metric("engine_s", "lower", "s", "harness", "seconds spent inside engines for the cell"),
-        Metric("reference_s", "lower", "s", "harness", "seconds spent in the float32 reference for the cell"),
-        Metric("measured_under_sharing", None, "0/1", "harness",
-               "1 when other engines of the run were live on the cell's GPU meanwhile (--gpucompat-workers-per-gpu): "
-               "its timings are not those of a GPU of its own"),
-        Metric("compile_wait_s", None, "s", "harness",
-               "seconds the cell's starts waited for another worker's first start of the same configuration to fill "
-               "its compile caches (--gpucompat-workers-per-gpu; compile_caches says which)"),
-    )
-}
+_THRESHOLDS = LimitSource("thresholds", "pytest_gpucompat.report.figures:threshold_limit",
+                          "KEY of the cell's dtype in matrices/thresholds.yaml")
+register(CheckKind(
+    "smoke", "the engine starts and generates what was asked, finite and deterministic; its speed",
+    metrics=(
+    *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens",
+                  tolerance=THROUGHPUT_TOLERANCE),
+    *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt", floor=0.002,
+                  tolerance=THROUGHPUT_TOLERANCE),
+    Metric("rounds", None, "count", "smoke", "measured rounds behind the medians (after one warm-up round)"),
+    Metric("generate_s", "lower", "s", "smoke", "seconds of one 4 x 16 token generation; median of the rounds"),
+    Metric("repeat_request_s", "lower", "s", "smoke", "seconds per repeat of an identical request"),
+    ),
+    figures=(KeyFigure("tokens_per_s", "tokens/s", None, 50), KeyFigure("ttft_s", "TTFT", None, 60)),
+))
+register(CheckKind(
+    "drift", "logprobs and greedy tokens against the float32 reference",
+    run="pytest_gpucompat.checks.compare:verdict_drift",
+    metrics=(
+    Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference",
+           DRIFT_FLOOR, DRIFT_TOLERANCE),
+    Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference",
+           DRIFT_FLOOR),
+    Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's",
+           AGREEMENT_FLOOR, 0.0),
+    Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
+    Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
+    ),
+    figures=(KeyFigure("max_abs_logprob_delta", "max |Δlogprob|", "thresholds:max_abs_logprob_delta", 10),
+             KeyFigure("token_agreement", "token agreement", "thresholds:min_token_agreement", 20)),
+    limits=(_THRESHOLDS,),
+))
+register(CheckKind(
+    "golden", "outputs against golden outputs recorded on another runner", run="pytest_gpucompat.checks.golden:judge",
+    metrics=(
+    *_golden("golden_", "the golden reference (--gpucompat-golden)"),
+    *_golden("golden_cell_", "the same cell in the golden file"),
+    *_golden("outputs_", "the same cell's outputs on the other runner or in the baseline (report/cross.py)"),
+    ),
+    figures=(KeyFigure("golden_max_abs_logprob_delta", "golden max |Δlogprob|", "thresholds:max_abs_logprob_delta",
+                       30),),
+))
+register(CheckKind(
+    "embedding", "embeddings against the float32 reference", run="pytest_gpucompat.checks.compare:verdict_embeddings",
+    metrics=(
+    Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference", 0.001,
+           0.0),
+    ),
+    figures=(KeyFigure("min_cosine", "cosine", "thresholds:min_cosine", 40),),
+))
+register(CheckKind(
+    "leak", "memory and processes across engine create/destroy cycles",
+    run="pytest_gpucompat.checks.leaks:memory_verdict",
+    metrics=(
+    Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
+           "steady memory growth per engine create/destroy, of the signal nearest its limit", 1.0, 0.0),
+    Metric("leak_limit_mib_per_cycle", None, "MiB/cycle", "memory", "the limit of that signal"),
+    Metric("leaked_processes_per_cycle", "lower", "processes/cycle", "memory",
+           "processes the engine started and left running, per cycle"),
+    Metric("device_leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
+           "whole-GPU memory growth per cycle (a cross-check: other processes move it)"),
+    Metric("cycles", None, "count", "memory", "create/destroy cycles measured"),
+    Metric("cycle_s", "lower", "s", "memory", "seconds per create/destroy cycle"),
+    Metric("nvml_process_mib_after_last_cycle", "lower", "MiB", "memory",
+           "GPU memory of the engine's processes, helpers left running included"),
+    Metric("torch_allocated_mib_after_last_cycle", "lower", "MiB", "memory", "live tensors in torch's allocator"),
+    Metric("started_processes_after_last_cycle", "lower", "count", "memory",
+           "processes the engine started that still ran after the last cycle"),
+    Metric("torch_reserved_mib_after_last_cycle", "lower", "MiB", "memory", "memory torch's allocator holds"),
+    Metric("host_rss_mib_after_last_cycle", "lower", "MiB", "memory", "resident host memory"),
+    Metric("device_used_before_mib", None, "MiB", "memory", "GPU memory in use before the engine started"),
+    Metric("process_mib_while_up", "lower", "MiB", "memory", "GPU memory of the engine while it is up"),
+    Metric("device_left_behind_mib", "lower", "MiB", "memory",
+           "GPU memory still held after shutdown by the engine's processes or by no live process"),
+    Metric("others_growth_mib", None, "MiB", "memory",
+           "growth of GPU memory held by other processes meanwhile (not blamed)"),
+    ),
+    figures=(KeyFigure("leak_mib_per_cycle", "leak", "leak", 70),),
+    limits=(LimitSource("leak", "pytest_gpucompat.report.figures:leak_limit", "the memory suite's leak tolerance"),),
+))
+register(CheckKind(
+    "harness", "what the harness measures of every cell",
+    metrics=(
+    Metric("start_s", "lower", "s", "harness", "seconds the engine took to start"),
+    Metric("engine_s", "lower", "s", "harness", "seconds spent inside engines for the cell"),
+    Metric("reference_s", "lower", "s", "harness", "seconds spent in the float32 reference for the cell"),
+    Metric("measured_under_sharing", None, "0/1", "harness",
+           "1 when other engines of the run were live on the cell's GPU meanwhile (--gpucompat-workers-per-gpu): "
+           "its timings are not those of a GPU of its own"),
+    Metric("compile_wait_s", None, "s", "harness",
+           "seconds the cell's starts waited for another worker's first start of the same configuration to fill "
+           "its compile caches (--gpucompat-workers-per-gpu; compile_caches says which)"),
+    ),
+))
 
+register(CheckKind(
+    "throughput_floor", "generated tokens/s at least the floor matrices.yaml sets for this GPU and engine (opt-in)",
+    run="pytest_gpucompat.checks.throughput_floor:run_floor",
+    metrics=(
+        Metric("throughput_tokens_per_s", "higher", "tokens/s", "throughput_floor",
+               "generated tokens per second under the throughput floor; median of the rounds",
+               tolerance=THROUGHPUT_TOLERANCE),
+        Metric("throughput_floor_tokens_per_s", None, "tokens/s", "throughput_floor",
+               "the floor of this GPU and engine that figure was held to"),
+    ),
+    figures=(KeyFigure("throughput_tokens_per_s", "tokens/s floor", "floor", 55),),
+    limits=(LimitSource("floor", "pytest_gpucompat.checks.throughput_floor:recorded_floor",
+                        "the floor the cell recorded (matrices.yaml throughput_floors)"),),
+))
 
-@dataclass(frozen=True)
-class KeyFigure:
-    """A figure a report's matrix cell shows, and where its limit comes from (the colour is the margin to it).
-
-    `limit`: `thresholds:KEY` is KEY of the cell's dtype in matrices/thresholds.yaml (`checks.compare`), `leak` the
-    memory suite's leak tolerance (`checks.memory`), None a figure shown plain (throughput has no pass/fail limit).
-    """
-
-    metric: str
-    label: str
-    limit: str | None
-
+#: Every recorded figure, from the kinds of check declared above (common.checkkinds): name -> Metric.
+METRICS: dict[str, Metric] = declared_metrics()
 
 #: In the order a cell shows them; a cell shows those it recorded (the suite decides which: see METRICS).
-KEY_FIGURES: tuple[KeyFigure, ...] = (
-    KeyFigure("max_abs_logprob_delta", "max |Δlogprob|", "thresholds:max_abs_logprob_delta"),
-    KeyFigure("token_agreement", "token agreement", "thresholds:min_token_agreement"),
-    KeyFigure("golden_max_abs_logprob_delta", "golden max |Δlogprob|", "thresholds:max_abs_logprob_delta"),
-    KeyFigure("min_cosine", "cosine", "thresholds:min_cosine"),
-    KeyFigure("tokens_per_s", "tokens/s", None),
-    KeyFigure("ttft_s", "TTFT", None),
-    KeyFigure("leak_mib_per_cycle", "leak", "leak"),
-)
+KEY_FIGURES: tuple[KeyFigure, ...] = declared_figures()
 
 
 def spread(values: Sequence[float]) -> float:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..common.checkkinds import limit_source, load
 from ..common.metrics import KEY_FIGURES, METRICS, KeyFigure
 from .model import CellRecord
 
@@ -142,6 +143,10 @@ class Figure:
         return text
 
 
+_FRACTIONS = ("fraction", "cosine", "0/1")
+"""Units of a higher-is-better figure whose allowance is measured from 1."""
+
+
 def _lower_is_better(key: KeyFigure) -> bool:
     metric = METRICS.get(key.metric)
     return metric is None or metric.better != "higher"
@@ -201,23 +206,38 @@ def _leak_tolerance(cell: CellRecord) -> tuple[float, str] | None:
     return None if tolerance is None else (float(tolerance), f"leak tolerance of {source}")
 
 
-def limit_of(key: KeyFigure, cell: CellRecord) -> tuple[float, str] | None:
-    """The limit a cell's figure is held to, and where it comes from; None where it has none."""
-    if key.limit == "leak":
-        return _leak_tolerance(cell)
-    if key.limit and key.limit.startswith("thresholds:"):
-        dtype = threshold_dtype(cell)
-        table = _dtype_thresholds(dtype) if dtype else None
-        value = (table or {}).get(key.limit.partition(":")[2])
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value), str(dtype)
+def threshold_limit(key: str, cell: CellRecord) -> tuple[float, str] | None:
+    """`thresholds:KEY`: KEY of the thresholds of the dtype the cell was judged with."""
+    dtype = threshold_dtype(cell)
+    table = _dtype_thresholds(dtype) if dtype else None
+    value = (table or {}).get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value), str(dtype)
     return None
+
+
+def leak_limit(_key: str, cell: CellRecord) -> tuple[float, str] | None:
+    """`leak`: the memory suite's leak tolerance of the signal the cell's figure is from."""
+    return _leak_tolerance(cell)
+
+
+def limit_of(key: KeyFigure, cell: CellRecord) -> tuple[float, str] | None:
+    """The limit a cell's figure is held to, and where it comes from (the limit source its kind declares,
+    common.checkkinds); None where it has none."""
+    if not key.limit:
+        return None
+    name, _, argument = key.limit.partition(":")
+    source = limit_source(name)
+    return None if source is None else load(source.resolver)(argument, cell)
 
 
 def _used(key: KeyFigure, value: float, limit: float) -> float | None:
     """Share of the allowance used. A higher-is-better fraction (agreement, cosine) is measured from 1."""
     if _lower_is_better(key):
         return value / limit if limit > 0 else (0.0 if value <= 0 else math.inf)
+    # a floor on a rate (tokens/s): the share of the figure the floor takes
+    if getattr(METRICS.get(key.metric), "unit", "fraction") not in _FRACTIONS:
+        return limit / value if value > 0 else math.inf
     allowance = 1.0 - limit
     gap = 1.0 - value
     return gap / allowance if allowance > 0 else (0.0 if gap <= 0 else math.inf)

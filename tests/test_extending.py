@@ -1,0 +1,145 @@
+"""docs/extending.md kept true: its map against the tree, and its recipes performed in a copy of the package."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "pytest_gpucompat"
+DOC = (ROOT / "docs" / "extending.md").read_text()
+
+
+def _map_rows() -> dict[str, tuple[str, str]]:
+    table = DOC[DOC.index("## The map"):DOC.index("`tests/test_architecture.py` keeps the shape")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`").rstrip("/")] = (cells[1], cells[2])
+    return rows
+
+
+def test_the_map_names_every_package_and_only_those() -> None:
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert set(_map_rows()) == packages
+
+
+def test_the_modules_the_map_names_exist() -> None:
+    for package, (holds, _) in _map_rows().items():
+        for name in re.findall(r"\(`([a-z_]+)`", holds) + re.findall(r", `([a-z_]+)`", holds):
+            assert (PACKAGE / package / f"{name}.py").is_file(), f"docs/extending.md map: {package}/{name}.py"
+
+
+def test_a_package_that_knows_nothing_of_pytest_imports_none() -> None:
+    checked = 0
+    for package, (_, blind) in _map_rows().items():
+        if not re.search(r"\bpytest\b", blind) and "everything else" not in blind:
+            continue
+        checked += 1
+        segment = next((part for part in blind.split(";") if "pytest" in part), "")
+        allowed = set(re.findall(r"`([a-z_]+)`", segment))
+        for module in (PACKAGE / package).glob("*.py"):
+            if re.search(r"^(import pytest\b|from _?pytest(\.| import))", module.read_text(), re.M):
+                assert module.stem in allowed, f"docs/extending.md: {package}/ knows nothing of pytest; {module.name}"
+    assert checked >= 5
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    shutil.copytree(PACKAGE, tmp_path / "pytest_gpucompat", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "matrices", tmp_path / "matrices")
+    return tmp_path
+
+
+def _run(root: Path, code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_recipe_add_a_kind_of_check(copy: Path) -> None:
+    """As "Add a kind of check" says: the check module, one registration in common/metrics.py."""
+    (copy / "pytest_gpucompat" / "checks" / "p99.py").write_text(
+        '"""A made-up check.\n\nPYTEST_DONT_REWRITE\n"""\n\n\ndef run(*args: object) -> None:\n    return None\n\n\n'
+        'def limit(key: str, cell: object) -> tuple[float, str]:\n    return 2.0, "p99 limit"\n')
+    metrics = copy / "pytest_gpucompat" / "common" / "metrics.py"
+    text = metrics.read_text()
+    anchor = "#: Every recorded figure"
+    assert anchor in text
+    metrics.write_text(text.replace(anchor, '''register(CheckKind(
+    "p99", "p99 latency under a limit", run="pytest_gpucompat.checks.p99:run",
+    metrics=(Metric("p99_latency_s", "lower", "s", "p99", "99th percentile latency", tolerance=0.2),),
+    figures=(KeyFigure("p99_latency_s", "p99", "p99", 65),),
+    limits=(LimitSource("p99", "pytest_gpucompat.checks.p99:limit", "made up"),),
+))
+
+''' + anchor))
+    out = _run(copy, """
+from pytest_gpucompat.common.metrics import METRICS, KEY_FIGURES, markdown_table
+from pytest_gpucompat.report.figures import key_figures
+from pytest_gpucompat.report.record import CellRecord
+cell = CellRecord.from_dict({"nodeid": "s.py::t[hf]", "test": "t", "engine": "hf", "outcome": "passed",
+                             "metrics": {"p99_latency_s": 1.0}})
+print(METRICS["p99_latency_s"].better, "p99_latency_s" in markdown_table(), [f.metric for f in KEY_FIGURES][-2],
+      [(f.limit, f.used) for f in key_figures(cell)])
+""")
+    assert out.split() == ["lower", "True", "p99_latency_s", "[(2.0,", "0.5)]"]
+
+
+def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:
+    """As "Add a report format" says: a renderer module and one line in FORMATS."""
+    (copy / "pytest_gpucompat" / "report" / "tsv.py").write_text(
+        '"""Cells as tab-separated lines.\n\nPYTEST_DONT_REWRITE\n"""\n\nfrom .model import Report\n\n\n'
+        'def render_tsv(report: Report) -> str:\n'
+        '    return "".join(f"{c.nodeid}\\t{c.outcome}\\n" for c in report.cells) or "\\n"\n')
+    cli = copy / "pytest_gpucompat" / "report" / "cli.py"
+    text = cli.read_text()
+    anchor = '    "junit": ("junit", "render_junit", "write JUnit XML here"),\n'
+    assert anchor in text
+    cli.write_text(text.replace(anchor, anchor + '    "tsv": ("tsv", "render_tsv", "write the cells as TSV here"),\n'))
+    report = ROOT / "docs" / "reports" / "h200-580.159.04-vllm-0.26.0.json"
+    target = tmp_path / "out.tsv"
+    _run(copy, f"import sys; from pytest_gpucompat.cli import main; sys.exit(main(['report', {str(report)!r}, "
+               f"'--tsv', {str(target)!r}]))")
+    lines = target.read_text().splitlines()
+    assert lines and all(line.count("\t") == 1 for line in lines)
+
+
+def test_recipe_add_an_option(copy: Path) -> None:
+    """As "Add an option" says: four edits in options.py, then read from the run's Settings."""
+    options = copy / "pytest_gpucompat" / "options.py"
+    text = options.read_text()
+    edits = [
+        ("_OPTIONS = (\n",
+         '_OPTIONS = (\n    Option("max-cells", metavar="N", type=int, default=7, help="at most N cells"),\n'),
+        ('"gpu-wait", "gpu-budget")', '"gpu-wait", "gpu-budget", "max-cells")'),
+        ("    gpu_budget: float = 0.9\n", "    gpu_budget: float = 0.9\n    max_cells: int = 7\n"),
+        ('gpu_budget=float(opt("gpu-budget")),',
+         'gpu_budget=float(opt("gpu-budget")), max_cells=int(opt("max-cells")),'),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    options.write_text(text)
+    out = _run(copy, """
+import argparse
+from pytest_gpucompat.options import PYTEST, Settings, add_options
+parser = argparse.ArgumentParser()
+add_options(parser.add_argument, "gpucompat-", PYTEST)
+args = parser.parse_args(["--gpucompat-max-cells", "3"])
+class Config:
+    rootpath = None
+    def getoption(self, name, default=None):
+        return getattr(args, name, default)
+    def getini(self, name):
+        return [] if name == "gpucompat_kb" else ""
+print(Settings.from_pytest(Config()).max_cells)
+""")
+    assert out.strip() == "3"
