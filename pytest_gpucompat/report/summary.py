@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..common.textfit import shorten_middle
+from .record import rerun_text
 from .text import one_line
 
 MAX_LISTED = 10  # failed cells and broken findings named, each; the rest counted ("... and N more")
@@ -27,6 +28,7 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
         counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
     lines = [f"{len(cells)} cells on {where}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
     lines += failed_lines(cells, width)
+    lines += flaky_lines(cells, width)
     lines += broken_lines(cells, width)
     for c in cells:
         refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
@@ -60,9 +62,26 @@ def failed_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
     for c in failed[:MAX_LISTED]:
         label = "FAILED" if c["outcome"] == "failed" else "ERROR"
         engine = f" ({c['engine']})" if c.get("engine") else ""
+        if c.get("reruns"):
+            engine = f"{engine} after {c['reruns']} rerun{'' if c['reruns'] == 1 else 's'}"
         reason = one_line(c.get("reason")) or "no reason recorded"
         lines.append(_one_line(f"  {label} ", short_nodeid(str(c["nodeid"])), f"{engine}: ", reason, width))
     return lines + _more(len(failed))
+
+
+def flaky_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """``flaky test_x.py::t[p] (hf): passed on attempt 2; first failure: ...``: each cell that passed only on a
+    rerun (pytest-rerunfailures), which the counts line would call passed like any other."""
+    flaky = [c for c in cells if c["outcome"] == "passed" and c.get("reruns")]
+    if not flaky:
+        return []
+    lines = [f"flaky cells, passed only on a rerun ({len(flaky)}):"]
+    for c in flaky[:MAX_LISTED]:
+        engine = f" ({c['engine']})" if c.get("engine") else ""
+        text = (rerun_text("passed", int(c["reruns"]), one_line(c.get("rerun_reason")) or None) or "").removeprefix(
+            "flaky: ")
+        lines.append(_one_line("  flaky ", short_nodeid(str(c["nodeid"])), f"{engine}: ", text, width))
+    return lines + _more(len(flaky))
 
 
 def broken_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
