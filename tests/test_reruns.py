@@ -55,3 +55,18 @@ def test_reruns_recorded_per_cell_and_flaky_cells_shown(pytester, xdist):
     html = (pytester.path / "r.html")
     if html.exists():
         assert "flaky: passed on attempt 2" in html.read_text()
+
+
+def test_diff_shows_a_cell_that_became_flaky_without_failing_the_gate(tmp_path, capsys):
+    from pytest_gpucompat import cli
+
+    fingerprint = {"hostname": "h"}
+    cell = {"nodeid": "t.py::test_cell[hf-n=1]", "engine": "hf", "params": {"n": 1}, "outcome": "passed",
+            "runner": "r", "when": "call"}
+    for name, extra in (("a.json", {}), ("b.json", {"reruns": 1, "rerun_reason": "AssertionError: warming up"})):
+        (tmp_path / name).write_text(json.dumps({"schema_version": 1, "tool_version": "0", "created": "x",
+                                                 "runners": {"r": fingerprint}, "cells": [{**cell, **extra}]}))
+    code = cli.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "passed (flaky)" in out and "warming up" in out
