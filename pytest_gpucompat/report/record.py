@@ -47,6 +47,7 @@ CELL_EXTRA: Mapping[str, tuple[str, ...]] = {
     "attention_prediction": ("object", "null"),  # the backend predicted beside the one reported (kb.predict_cells)
     "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES
     "outputs": ("object", "null"),  # the generations kept for golden and cross-runner checks (outputs.py)
+    "harness_state": ("string", "null"),  # why the process that ran the cell was in an unknown state (pool.unsettled)
 }
 
 _JSON_NAMES: dict[Any, str] = {str: "string", bool: "boolean", int: "integer", float: "number", type(None): "null"}

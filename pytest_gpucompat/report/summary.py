@@ -37,6 +37,10 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
             refuted = c["rules"]
         if refuted:
             lines.append(f"evidence against rule(s) {', '.join(refuted)}: {c['nodeid']} passed")
+    unsettled = [state for c in cells if (state := (c.get("extra") or {}).get("harness_state") or
+                                          c.get("harness_state"))]
+    if unsettled:
+        lines.append(f"{len(unsettled)} cell(s) ran in a process whose state is unknown: {one_line(unsettled[0])}")
     degraded = sorted({f["id"] for c in cells for f in c["findings"]
                        if f["severity"] == "degraded" and f.get("confidence") != "documents"})
     if degraded:
