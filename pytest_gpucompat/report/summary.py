@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..common.textfit import shorten_middle
+from ..kb.verdicts import problems_text, severity_heading
 from .record import rerun_text
 from .text import one_line
 
@@ -29,7 +30,7 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
     lines = [f"{len(cells)} cells on {where}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
     lines += failed_lines(cells, width)
     lines += flaky_lines(cells, width)
-    lines += broken_lines(cells, width)
+    lines += findings_lines(cells, width)
     for c in cells:
         refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
                    and f["severity"] == "broken"]
@@ -41,10 +42,6 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
                                           c.get("harness_state"))]
     if unsettled:
         lines.append(f"{len(unsettled)} cell(s) ran in a process whose state is unknown: {one_line(unsettled[0])}")
-    degraded = sorted({f["id"] for c in cells for f in c["findings"]
-                       if f["severity"] == "degraded" and f.get("confidence") != "documents"})
-    if degraded:
-        lines.append(f"degraded findings attached: {', '.join(degraded)}")
     for c in cells:
         for issue in (c.get("explained_by") or [])[:1]:
             workaround = f"; workaround: {issue['workaround']}" if issue.get("workaround") else ""
@@ -88,21 +85,28 @@ def flaky_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
     return lines + _more(len(flaky))
 
 
-def broken_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
-    """Each broken finding (evidence, not an unconfirmed claim) attached to a cell of the run, with how many cells
-    it concerned: a skipped known-bad cell is not a failure, but it is the first thing a reader should know."""
-    found: dict[str, tuple[str, int]] = {}
+def findings_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """Each broken, then each degraded finding (evidence, not an unconfirmed claim) attached to a cell of the run,
+    with how many cells it concerned, under the headings and after the count `gpucompat check` prints for the
+    same findings (kb.verdicts): a skipped known-bad cell is not a failure, but it is the first thing to know."""
+    found: dict[str, dict[str, tuple[str, int]]] = {"broken": {}, "degraded": {}}
     for c in cells:
         for f in c["findings"]:
-            if f["severity"] == "broken" and f.get("confidence") != "documents" and not f.get("unconfirmed"):
-                summary, n = found.get(f["id"], (one_line(f.get("summary")), 0))
-                found[f["id"]] = (summary, n + 1)
-    if not found:
+            level = found.get(f["severity"])
+            if level is not None and f.get("confidence") != "documents" and not f.get("unconfirmed"):
+                summary, n = level.get(f["id"], (one_line(f.get("summary")), 0))
+                level[f["id"]] = (summary, n + 1)
+    if not any(found.values()):
         return []
-    lines = [f"broken findings ({len(found)}):"]
-    for rule_id, (summary, n) in list(found.items())[:MAX_LISTED]:
-        lines.append(_one_line("  ", f"[{rule_id}]", " ", f"{summary} ({n} cell{'' if n == 1 else 's'})", width))
-    return lines + _more(len(found))
+    lines = [f"known problems: {problems_text({s: len(ids) for s, ids in found.items()})}"]
+    for severity, ids in found.items():
+        if not ids:
+            continue
+        lines.append(severity_heading(severity, len(ids)))
+        for rule_id, (summary, n) in list(ids.items())[:MAX_LISTED]:
+            lines.append(_one_line("  ", f"[{rule_id}]", " ", f"{summary} ({n} cell{'' if n == 1 else 's'})", width))
+        lines += _more(len(ids))
+    return lines
 
 
 def short_nodeid(nodeid: str) -> str:
