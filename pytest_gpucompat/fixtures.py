@@ -245,6 +245,25 @@ class _Timed:
         self._engine.shutdown()
 
 
+#: How pytest-timeout's signal method words the failure it raises in the test (``PYTEST_FAILURE_MESSAGE``).
+_TIMEOUT_PREFIX = "Timeout (>"
+_TIMEOUT_SUFFIX = "from pytest-timeout."
+
+
+def timeout_kill_text(message: str, engine: str, elapsed_s: float, in_process: bool) -> str | None:
+    """The cell's reason when pytest-timeout stopped it inside an engine start (its signal method raises its
+    failure wherever the test is, here in the wait for the engine), or None for any other failure: the harness's
+    time limit ran out, the engine did not fail, and the cell says so rather than "engine failed"."""
+    message = message.strip().removeprefix("Failed: ")
+    if not (message.startswith(_TIMEOUT_PREFIX) and message.endswith(_TIMEOUT_SUFFIX)):
+        return None
+    limit = message[len(_TIMEOUT_PREFIX):].split(")", 1)[0]
+    after = ("; the engine ran in this process: what its start left here is unknown, and the cells this process "
+             "runs next say so") if in_process else "; its engine process was stopped, the next cells start afresh"
+    return (f"harness: pytest-timeout killed the test during the {engine} engine start after {elapsed_s:.0f} s "
+            f"(limit {limit}){after}")
+
+
 def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
     """Fail the cell with the engine's reason, where its log is kept and the log's last lines."""
     from .engines.isolation import failure_text
@@ -313,6 +332,10 @@ def start_engine(
     if record:
         _note_deviations(cs, spec)  # before the start: a cell that fails to start still says what it ran with
     t0 = time.perf_counter()
+    if cs is not None and pool.unsettled:
+        cs.notes["harness_state"] = pool.unsettled  # every later cell of this process says so
+    killed: str | None = None
+    unsettled = pool.unsettled
     try:
         engine, info = pool.get(spec)  # where it runs: the spec's `isolated` param, else its descriptor
     except EngineUnavailable as exc:  # finding out is the harness's time, not an engine's
@@ -320,8 +343,16 @@ def start_engine(
     except EngineFailed as exc:
         _add_engine_time(cs, time.perf_counter() - t0, part)
         failure: EngineFailed | None = exc
+    except pytest.fail.Exception as exc:
+        killed = timeout_kill_text(str(exc), spec.engine, time.perf_counter() - t0, pool.unsettled is not unsettled)
+        if killed is None:
+            raise
+        failure = None
     else:
         failure = None
+    if killed is not None:  # the harness stopped the start: no engine failure, and said as such
+        _add_engine_time(cs, time.perf_counter() - t0, part)
+        pytest.fail(killed, pytrace=False)
     if failure is not None:  # out of the except block: the cell's failure is this message alone, no chain
         if record:
             _note_prediction(request, cs, spec, None, failure.log_tail)

@@ -140,7 +140,7 @@ def test_degraded_findings_are_attached_not_acted_on(pytester):
     """)
     result = pytester.runpytest("--gpucompat", "--gpucompat-env", "a100.yaml", *OWN_RULES)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*degraded findings attached: t-slow-eager*"])
+    result.stdout.fnmatch_lines(["DEGRADED: runs, but slower*(1)", "  [[]t-slow-eager[]] *(1 cell)"])
 
 
 def test_version_axes_not_covered_here(pytester):

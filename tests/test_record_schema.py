@@ -105,7 +105,7 @@ def _value_for(name: str, kinds: tuple[str, ...]) -> Any:
                                "findings": [FindingRecord(id="f", severity="advice").to_dict()],
                                "explained_by": [{"id": "rule-x"}], "deviations": [{"name": "dtype", "by": "cell"}],
                                "metrics": {"m": 1.5}, "series": {"s": [1.0, None]}, "duration_s": 2.5,
-                               "rules": ["rule-x"]}
+                               "rules": ["rule-x"], "reruns": 2}
     if name in special:
         return special[name]
     kind = kinds[0]

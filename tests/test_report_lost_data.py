@@ -311,7 +311,8 @@ def test_cell_stopped_in_setup_is_in_the_report_as_interrupted(pytester, signal_
 
 # --------------------------------------------------------------------------------- runs that execute no cell
 
-@pytest.mark.parametrize("argv", [("--co",), ("-k", "matches_nothing"), ("--lf", "--lfnf", "none")])
+@pytest.mark.parametrize("argv", [("--co",), ("--collect-only", "-q"), ("-k", "matches_nothing"),
+                                  ("--lf", "--lfnf", "none"), ("--co", "-n", "2")])
 def test_a_run_that_executes_no_cell_keeps_the_existing_report(pytester, argv):
     pytester.makepyfile("""
         import pytest

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from pytest_gpucompat.kb.verdicts import SEVERITY_HEADINGS, severity_heading
 from pytest_gpucompat.report.summary import failed_lines, short_nodeid, summary_lines
 
 FAILING = textwrap.dedent("""
@@ -72,9 +73,38 @@ def test_twelve_failures_show_ten_and_the_count_of_the_rest(pytester: pytest.Pyt
 def test_broken_findings_are_named(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", rules=RULES)
     lines = run(pytester, 2, "boom", "--gpucompat-kb", "rules.yaml", "--gpucompat-no-builtin-rules")
-    assert "broken findings (1):" in lines
+    assert "known problems: 1 broken" in lines
+    assert severity_heading("broken", 1) in lines
     # test_cell[hf-n=1] is skipped as known bad and so is test_fine: one finding, two cells
     assert "  [t-hf-n1-crashes] hf crashes with n=1 (2 cells)" in lines
+
+
+def test_check_and_the_session_summary_use_the_same_words_for_the_same_findings(pytester, capsys):
+    """The same rules judged on the same machine: `check` and the run's summary print the same heading over the
+    same finding, and the same count of known problems."""
+    from pytest_gpucompat import cli
+
+    pytester.makefile(".yaml", rules=RULES + textwrap.indent(textwrap.dedent("""
+        - id: t-torch-breaks
+          summary: this torch breaks every engine
+          severity: broken
+          failure: crash
+          confidence: upstream
+          when: {packages: {torch: ">=1"}}
+          sources: [{kind: code, ref: x}]
+    """), "  "))
+    pytester.makepyfile(**{"suite/test_fail": FAILING.replace("{count}", "2").replace("{reason!r}", "'boom'")})
+    lines = section(pytester.runpytest("--gpucompat", "-p", "no:cacheprovider", "--gpucompat-kb", "rules.yaml",
+                                       "--gpucompat-no-builtin-rules"))
+    capsys.readouterr()
+    cli.main(["check", "--kb", str(pytester.path / "rules.yaml"), "--no-builtin-rules"])
+    check = capsys.readouterr().out.splitlines()
+    heading = SEVERITY_HEADINGS["broken"]  # the same words over the same finding; the counts differ (below)
+    assert any(line.startswith(heading) for line in lines) and any(line.startswith(heading) for line in check)
+    assert any(line.startswith("- [t-torch-breaks] this torch breaks every engine") for line in check)
+    assert "  [t-torch-breaks] this torch breaks every engine (3 cells)" in lines
+    # check judges the machine (the rule on n=1 concerns cells only); the run, every cell it attached to
+    assert check[-1].startswith("verdict: 1 broken (") and "known problems: 2 broken" in lines
 
 
 # ---------------------------------------------------------------------------------------------- the pure part

@@ -107,6 +107,8 @@ class EnginePool:
         self._failures: dict[tuple[Any, ...], BaseException] = {}
         self._releases: dict[tuple[Any, ...], Callable[[], None]] = {}
         self._used: set[tuple[Any, ...]] = set()  # asked for since begin_cell(): not to be shut down for room
+        # why this process's state is unknown since an in-process start was stopped from outside it (`_abandon`)
+        self.unsettled: str | None = None
 
     def log_path(self, spec: EngineSpec) -> Path:
         """Where this spec's isolated engine writes its log (per xdist worker, so workers never share a file)."""
@@ -169,7 +171,9 @@ class EnginePool:
             with self._announced(spec, params, where), self._first_start(spec), \
                     self._quiet(f"starting {spec.engine}", quiet_start(spec.engine, spec.params)):
                 info = self._start(key, engine, spec)
-        except BaseException:
+        except BaseException as exc:
+            if not isinstance(exc, (EngineFailed, EngineUnavailable)):
+                self._abandon(engine, spec, exc)
             if release is not None:
                 release()
             raise
@@ -177,6 +181,17 @@ class EnginePool:
             self._releases[key] = release
         self._live[key] = (engine, info)
         return engine, info
+
+    def _abandon(self, engine: Engine, spec: EngineSpec, exc: BaseException) -> None:
+        """A start stopped from outside the engine (pytest-timeout's SIGALRM, Ctrl-C): an isolated engine's child
+        is killed, so this process is left as it was before the start; an in-process engine's half-made state
+        cannot be undone, and `unsettled` says so to every cell this process runs afterwards."""
+        if isinstance(engine, IsolatedEngine):
+            with contextlib.suppress(Exception):
+                engine.kill()
+            return
+        self.unsettled = (f"an earlier {spec.engine} start in this process was stopped from outside it "
+                          f"({exception_line(exc)}): what it left in this process is unknown")
 
     def _start(self, key: tuple[Any, ...], engine: Engine, spec: EngineSpec) -> RunInfo:
         try:

@@ -13,12 +13,7 @@ from typing import Any
 from ..common.textfit import fit, terminal_width
 from ..machine.fingerprint import Fingerprint
 from .schema import SEVERITIES
-from .verdicts import Finding, confirmed
-
-_HEADINGS = {
-    "broken": "BROKEN: known to crash, hang, refuse to start or give wrong output here",
-    "degraded": "DEGRADED: runs, but slower, bigger, or silently on another kernel or precision",
-}
+from .verdicts import Finding, confirmed, problems_text, severity_heading
 
 
 def to_json(fp: Fingerprint, findings: Sequence[Finding], severity: str | None = None) -> dict[str, Any]:
@@ -48,8 +43,7 @@ def exceeds(findings: Sequence[Finding], fail_on: str | None) -> bool:
 def verdict(findings: Sequence[Finding]) -> str:
     """One line: the known problems, counting only evidence; "no known problems" when there is none."""
     evidence = confirmed(findings)
-    counts = [(n, s) for s in ("broken", "degraded") if (n := sum(1 for f in evidence if f.severity == s))]
-    return ", ".join(f"{n} {s}" for n, s in counts) if counts else "no known problems"
+    return problems_text({s: sum(1 for f in evidence if f.severity == s) for s in ("broken", "degraded")})
 
 
 def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | None = None,
@@ -70,7 +64,7 @@ def format_findings(fp: Fingerprint, findings: Sequence[Finding], width: int | N
         if not group:
             continue
         lines.append("")
-        lines.append(f"{_HEADINGS[level]} ({len(group)})")
+        lines.append(severity_heading(level, len(group)))
         for f in group:
             lines.extend(_finding_lines(f, width))
     advice = [f for f in evidence if f.severity == "advice"]

@@ -69,6 +69,25 @@ class Decision:
     rule_id: str | None = None  # the rule that decided it
 
 
+#: The words for the findings of each severity wherever findings are judged: `gpucompat check`'s headings and verdict
+#: and the pytest session's summary say the same thing of the same finding (one owner of the wording).
+SEVERITY_HEADINGS: Mapping[str, str] = {
+    "broken": "BROKEN: known to crash, hang, refuse to start or give wrong output here",
+    "degraded": "DEGRADED: runs, but slower, bigger, or silently on another kernel or precision",
+}
+
+
+def severity_heading(severity: str, count: int) -> str:
+    """`BROKEN: known to crash, ... (2)`: the heading over the findings of one severity."""
+    return f"{SEVERITY_HEADINGS[severity]} ({count})"
+
+
+def problems_text(counts: Mapping[str, int]) -> str:
+    """`2 broken, 1 degraded`, or `no known problems`: the known problems by severity (evidence only)."""
+    parts = [f"{counts[s]} {s}" for s in SEVERITY_HEADINGS if counts.get(s)]
+    return ", ".join(parts) if parts else "no known problems"
+
+
 def action_for(rule: Rule, run_known_bad: bool = False) -> str:
     if rule.severity != "broken" or rule.confidence == "documents":
         return "annotate"

@@ -470,9 +470,15 @@ def _new_broken(key: str, after: CellRecord, known: set[str]) -> list[NewFinding
 def _outcome_change(key: str, before: CellRecord, after: CellRecord) -> tuple[str, Change] | None:
     """(regression | improvement | changed, the change) for an outcome that moved between two ran cells (module
     doc); None when it did not move, or when the current cell did not run (lost coverage says so)."""
-    if before.outcome == after.outcome or not after.ran:
+    if not after.ran:
         return None
-    change = Change(key, after.nodeid, after.runner, "outcome", before.outcome, after.outcome)
+    if before.outcome == after.outcome:
+        if before.flaky == after.flaky:
+            return None
+        # passed either way, but one of them only on a rerun (pytest-rerunfailures): shown, not gated
+        return "changed", Change(key, after.nodeid, after.runner, "outcome", _shown(before), _shown(after),
+                                 detail=after.rerun_text() or "no rerun needed now")
+    change = Change(key, after.nodeid, after.runner, "outcome", _shown(before), _shown(after))
     if (before.outcome in GOOD or not before.ran) and after.outcome in BAD:
         return "regression", replace(change, detail=_reason(after, 300))
     if before.outcome in WORKED and after.outcome == "xfailed":
@@ -482,6 +488,11 @@ def _outcome_change(key: str, before: CellRecord, after: CellRecord) -> tuple[st
     if not before.ran:
         return None  # a skipped cell that runs now: not lost, not moved
     return "changed", replace(change, detail=_reason(after, 300))
+
+
+def _shown(cell: CellRecord) -> str:
+    """The outcome as the diff shows it: `passed (flaky)` for a pass that needed a rerun."""
+    return f"{cell.outcome} (flaky)" if cell.flaky else cell.outcome
 
 
 def _incomplete(current: Report) -> str | None:

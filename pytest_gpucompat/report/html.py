@@ -192,6 +192,8 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
         title += f" — ran with {cell.deviations_text()}"
     if (attention := cell.attention_text()) is not None:
         title += f" — {attention}"
+    if (rerun := cell.rerun_text()) is not None:
+        title += f" — {one_line(rerun, 200)}"
     if duration:
         title += f" ({duration})"
     ran_on = host if host and cell.ran else None
@@ -206,6 +208,7 @@ def _cell_td(cell: CellRecord | None, index: int | None, host: str | None) -> st
         + _figures_html(cell)
         + (f'<span class="ranon">ran on {abbreviated(ran_on, 22)}</span>' if ran_on else "")
         + (f'<span class="why">{abbreviated(one_line(why, 400), 90)}</span>' if why else "")
+        + (f'<span class="why rerun">{abbreviated(one_line(rerun, 400), 90)}</span>' if rerun else "")
         + "</td>"
     )
 

@@ -228,6 +228,8 @@ def _cell_text(cell: CellRecord, what_if: bool) -> str:
         word = cell_word(cell, state) + (f" ({_code(rule, table=True)})" if rule else "")
     elif cell.known_issue:  # a failure a rule's signature identifies
         word += f" (known issue {_code(cell.known_issue['id'], table=True)})"
+    if cell.reruns:  # pytest-rerunfailures ran it again: a pass that needed it is flaky
+        word += " *(flaky)*" if cell.flaky else f" *({cell.reruns} rerun{'' if cell.reruns == 1 else 's'})*"
     if what_if and cell.ran:
         word += " *(ran)*"
     figures = [format_value(key.metric, float(value))
@@ -289,6 +291,15 @@ def _tail(report: Report, max_items: int) -> list[str]:
             out.append(f"- {_where(cell)}: {cell.outcome}: {reason}.{rules}{_known_issue(cell)}")
         if len(failures) > max_items:
             out.append(f"- … and {len(failures) - max_items} more")
+        out.append("")
+
+    rerun = [c for c in report.cells if c.reruns]
+    if rerun:
+        flaky = sum(1 for c in rerun if c.flaky)
+        out += [f"### Rerun cells ({len(rerun)}, {flaky} flaky: passed only on a rerun)", ""]
+        out += [f"- {_where(c)}: {_text(c.rerun_text())}" for c in rerun[:max_items]]
+        if len(rerun) > max_items:
+            out.append(f"- … and {len(rerun) - max_items} more")
         out.append("")
 
     out += _deviations_section(report, max_items)

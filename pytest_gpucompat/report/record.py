@@ -47,6 +47,7 @@ CELL_EXTRA: Mapping[str, tuple[str, ...]] = {
     "attention_prediction": ("object", "null"),  # the backend predicted beside the one reported (kb.predict_cells)
     "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES
     "outputs": ("object", "null"),  # the generations kept for golden and cross-runner checks (outputs.py)
+    "harness_state": ("string", "null"),  # why the process that ran the cell was in an unknown state (pool.unsettled)
 }
 
 _JSON_NAMES: dict[Any, str] = {str: "string", bool: "boolean", int: "integer", float: "number", type(None): "null"}
@@ -153,6 +154,18 @@ class FindingRecord:
         )
 
 
+def rerun_text(outcome: str, reruns: int, reason: str | None) -> str | None:
+    """`flaky: passed on attempt 2; first failure: assert 1 == 2`, or `failed after 2 reruns; first failure: ...`:
+    a cell's reruns (pytest-rerunfailures) in the words every view uses, or None when it ran once."""
+    if not reruns:
+        return None
+    if outcome == "passed":
+        head = f"flaky: passed on attempt {reruns + 1}"
+    else:
+        head = f"{outcome} after {reruns} rerun{'' if reruns == 1 else 's'}"
+    return f"{head}; first failure: {reason}" if reason else head
+
+
 def _test_of(nodeid: str) -> str:
     """`path::test[params]` -> `path::test`: the test function a parametrized item belongs to."""
     return nodeid.split("[", 1)[0]
@@ -186,6 +199,10 @@ class CellRecord:
     # the settings the cell's engine ran with that differ from the engine's own defaults (engines/deviations.py):
     # {"name", "value", "by": cell | harness | environment, "why"?, "engine_default"?}
     deviations: tuple[Mapping[str, Any], ...] = ()
+    # the attempts pytest-rerunfailures made before the one whose outcome this is, and why the first of them failed:
+    # a cell that passed with reruns > 0 is flaky
+    reruns: int = 0
+    rerun_reason: str | None = None
     # the cell's other keys (CELL_EXTRA, what the suites note: prompts, reference, golden, ...), written back as
     # plain keys of the cell
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -211,6 +228,8 @@ class CellRecord:
             deviations=tuple(dict(d) for d in self.deviations if isinstance(d, Mapping)) if self.deviations else (),
             extra=dict(self.extra),
         )
+        if self.reruns and (type(self.reruns) is not int or self.reruns < 0):
+            raise ValueError(f"cell {self.nodeid!r}: reruns must be a count, not {self.reruns!r}")
 
     @property
     def ran(self) -> bool:
@@ -249,6 +268,9 @@ class CellRecord:
             data["explained_by"] = [dict(e) for e in self.explained_by]
         if self.deviations:
             data["deviations"] = [dict(d) for d in self.deviations]
+        if self.reruns:
+            data["reruns"] = self.reruns
+            data["rerun_reason"] = self.rerun_reason
         if self.extra:
             data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
@@ -278,6 +300,15 @@ class CellRecord:
         if matches is True and not p.get("reported") and p.get("confirmed_by"):
             verdict = f"as predicted: {p['confirmed_by']}"
         return f"attention {p.get('reported') or 'not reported'} reported, {predicted} ({verdict})"
+
+    @property
+    def flaky(self) -> bool:
+        """Passed, but only on a rerun: the outcome hides a failure the next run may meet."""
+        return self.outcome == "passed" and self.reruns > 0
+
+    def rerun_text(self) -> str | None:
+        """The cell's reruns in one line for renderers (`rerun_text`), or None when it was not rerun."""
+        return rerun_text(self.outcome, self.reruns, self.rerun_reason)
 
     @property
     def known_issue(self) -> Mapping[str, Any] | None:
@@ -319,6 +350,8 @@ class CellRecord:
             when=data.get("when"),
             explained_by=tuple(data.get("explained_by") or ()),
             deviations=tuple(data.get("deviations") or ()) if isinstance(data.get("deviations"), list) else (),
+            reruns=data.get("reruns") or 0,
+            rerun_reason=data.get("rerun_reason"),
             extra=extra,
         )
         record.__post_init__()

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..common.textfit import shorten_middle
+from ..kb.verdicts import problems_text, severity_heading
+from .record import rerun_text
 from .text import one_line
 
 MAX_LISTED = 10  # failed cells and broken findings named, each; the rest counted ("... and N more")
@@ -27,7 +29,8 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
         counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
     lines = [f"{len(cells)} cells on {where}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
     lines += failed_lines(cells, width)
-    lines += broken_lines(cells, width)
+    lines += flaky_lines(cells, width)
+    lines += findings_lines(cells, width)
     for c in cells:
         refuted = [f["id"] for f in c["findings"] if c["outcome"] == "passed" and f.get("unconfirmed")
                    and f["severity"] == "broken"]
@@ -35,10 +38,10 @@ def summary_lines(cells: Sequence[Mapping[str, Any]], where: str, width: int) ->
             refuted = c["rules"]
         if refuted:
             lines.append(f"evidence against rule(s) {', '.join(refuted)}: {c['nodeid']} passed")
-    degraded = sorted({f["id"] for c in cells for f in c["findings"]
-                       if f["severity"] == "degraded" and f.get("confidence") != "documents"})
-    if degraded:
-        lines.append(f"degraded findings attached: {', '.join(degraded)}")
+    unsettled = [state for c in cells if (state := (c.get("extra") or {}).get("harness_state") or
+                                          c.get("harness_state"))]
+    if unsettled:
+        lines.append(f"{len(unsettled)} cell(s) ran in a process whose state is unknown: {one_line(unsettled[0])}")
     for c in cells:
         for issue in (c.get("explained_by") or [])[:1]:
             workaround = f"; workaround: {issue['workaround']}" if issue.get("workaround") else ""
@@ -60,26 +63,50 @@ def failed_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
     for c in failed[:MAX_LISTED]:
         label = "FAILED" if c["outcome"] == "failed" else "ERROR"
         engine = f" ({c['engine']})" if c.get("engine") else ""
+        if c.get("reruns"):
+            engine = f"{engine} after {c['reruns']} rerun{'' if c['reruns'] == 1 else 's'}"
         reason = one_line(c.get("reason")) or "no reason recorded"
         lines.append(_one_line(f"  {label} ", short_nodeid(str(c["nodeid"])), f"{engine}: ", reason, width))
     return lines + _more(len(failed))
 
 
-def broken_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
-    """Each broken finding (evidence, not an unconfirmed claim) attached to a cell of the run, with how many cells
-    it concerned: a skipped known-bad cell is not a failure, but it is the first thing a reader should know."""
-    found: dict[str, tuple[str, int]] = {}
+def flaky_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """``flaky test_x.py::t[p] (hf): passed on attempt 2; first failure: ...``: each cell that passed only on a
+    rerun (pytest-rerunfailures), which the counts line would call passed like any other."""
+    flaky = [c for c in cells if c["outcome"] == "passed" and c.get("reruns")]
+    if not flaky:
+        return []
+    lines = [f"flaky cells, passed only on a rerun ({len(flaky)}):"]
+    for c in flaky[:MAX_LISTED]:
+        engine = f" ({c['engine']})" if c.get("engine") else ""
+        text = (rerun_text("passed", int(c["reruns"]), one_line(c.get("rerun_reason")) or None) or "").removeprefix(
+            "flaky: ")
+        lines.append(_one_line("  flaky ", short_nodeid(str(c["nodeid"])), f"{engine}: ", text, width))
+    return lines + _more(len(flaky))
+
+
+def findings_lines(cells: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """Each broken, then each degraded finding (evidence, not an unconfirmed claim) attached to a cell of the run,
+    with how many cells it concerned, under the headings and after the count `gpucompat check` prints for the
+    same findings (kb.verdicts): a skipped known-bad cell is not a failure, but it is the first thing to know."""
+    found: dict[str, dict[str, tuple[str, int]]] = {"broken": {}, "degraded": {}}
     for c in cells:
         for f in c["findings"]:
-            if f["severity"] == "broken" and f.get("confidence") != "documents" and not f.get("unconfirmed"):
-                summary, n = found.get(f["id"], (one_line(f.get("summary")), 0))
-                found[f["id"]] = (summary, n + 1)
-    if not found:
+            level = found.get(f["severity"])
+            if level is not None and f.get("confidence") != "documents" and not f.get("unconfirmed"):
+                summary, n = level.get(f["id"], (one_line(f.get("summary")), 0))
+                level[f["id"]] = (summary, n + 1)
+    if not any(found.values()):
         return []
-    lines = [f"broken findings ({len(found)}):"]
-    for rule_id, (summary, n) in list(found.items())[:MAX_LISTED]:
-        lines.append(_one_line("  ", f"[{rule_id}]", " ", f"{summary} ({n} cell{'' if n == 1 else 's'})", width))
-    return lines + _more(len(found))
+    lines = [f"known problems: {problems_text({s: len(ids) for s, ids in found.items()})}"]
+    for severity, ids in found.items():
+        if not ids:
+            continue
+        lines.append(severity_heading(severity, len(ids)))
+        for rule_id, (summary, n) in list(ids.items())[:MAX_LISTED]:
+            lines.append(_one_line("  ", f"[{rule_id}]", " ", f"{summary} ({n} cell{'' if n == 1 else 's'})", width))
+        lines += _more(len(ids))
+    return lines
 
 
 def short_nodeid(nodeid: str) -> str:

@@ -192,6 +192,11 @@ def _nonempty(value: Any, path: str) -> None:
         raise InvalidField(path, "must not be empty")
 
 
+def _count(value: Any, path: str) -> None:
+    if value < 0:
+        raise InvalidField(path, f"{_show(value)} is negative: a count is 0 or more")
+
+
 def _series(values: Any, path: str) -> None:
     _type(values, path, "array")
     _items(_number)(values, path)
@@ -239,6 +244,7 @@ _CELL_VALUES: dict[str, Callable[[Any, str], None]] = {
     "deviations": _items(_check_deviation),
     "metrics": _values(_number),
     "series": _values(_series),
+    "reruns": _count,
 }
 
 #: Every key the validator knows of a cell and of a finding: the records' (and the cell's typed extra keys).

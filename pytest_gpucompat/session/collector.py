@@ -129,7 +129,9 @@ class ReportCollector:
         a failure. ``payload`` is read for a report that did not pass only."""
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
         outcome, reason = _outcome(report, payload)
-        if outcome is not None and _should_replace(cell, report.when, outcome):
+        if str(report.outcome) == "rerun":  # pytest-rerunfailures runs it again
+            _rerun(report, cell, outcome or "failed", reason)
+        elif outcome is not None and _should_replace(cell, report.when, outcome):
             cell["outcome"], cell["reason"], cell["when"] = outcome, reason, report.when
         self._explain(cell)
 
@@ -561,6 +563,19 @@ def _outcome(report: pytest.TestReport, payload: dict[str, Any] | None) -> tuple
         return "xpassed", str(report.longrepr)
     failed = report.when == "call" or (payload is not None and cell_payload.engine_failed(payload))
     return ("failed" if failed else "error"), _failure_reason(report)
+
+
+def _rerun(report: pytest.TestReport, cell: dict[str, Any], outcome: str, reason: str | None) -> None:
+    """A failed attempt that pytest-rerunfailures runs again (its report's outcome "rerun", ``report.rerun`` the
+    attempts before it): counted, the first failure's reason kept, and the cell's phase forgotten so that the next
+    attempt's outcome replaces this one. Until it does, the cell reads as this attempt ended (an interrupted run)."""
+    attempt = getattr(report, "rerun", None)
+    done = attempt + 1 if type(attempt) is int and attempt >= 0 else (cell.get("reruns") or 0) + 1
+    if done > (cell.get("reruns") or 0):
+        cell["reruns"] = done
+    if not cell.get("rerun_reason"):
+        cell["rerun_reason"] = reason
+    cell["outcome"], cell["reason"], cell["when"] = outcome, reason, None
 
 
 def _should_replace(cell: dict[str, Any], when: str, outcome: str) -> bool:
