@@ -64,23 +64,27 @@ def _run(root: Path, code: str) -> str:
     return done.stdout
 
 
+def _edit(path: Path, old: str, new: str) -> None:
+    """One step of a recipe: `old`, standing once in the file, becomes `new`."""
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path.name}: the recipe's anchor {old!r} moved"
+    path.write_text(text.replace(old, new))
+
+
 def test_recipe_add_a_kind_of_check(copy: Path) -> None:
     """As "Add a kind of check" says: the check module, one registration in common/metrics.py."""
     (copy / "pytest_gpucompat" / "checks" / "p99.py").write_text(
         '"""A made-up check.\n\nPYTEST_DONT_REWRITE\n"""\n\n\ndef run(*args: object) -> None:\n    return None\n\n\n'
         'def limit(key: str, cell: object) -> tuple[float, str]:\n    return 2.0, "p99 limit"\n')
-    metrics = copy / "pytest_gpucompat" / "common" / "metrics.py"
-    text = metrics.read_text()
     anchor = "#: Every recorded figure"
-    assert anchor in text
-    metrics.write_text(text.replace(anchor, '''register(CheckKind(
+    _edit(copy / "pytest_gpucompat" / "common" / "metrics.py", anchor, '''register(CheckKind(
     "p99", "p99 latency under a limit", run="pytest_gpucompat.checks.p99:run",
     metrics=(Metric("p99_latency_s", "lower", "s", "p99", "99th percentile latency", tolerance=0.2),),
     figures=(KeyFigure("p99_latency_s", "p99", "p99", 65),),
     limits=(LimitSource("p99", "pytest_gpucompat.checks.p99:limit", "made up"),),
 ))
 
-''' + anchor))
+''' + anchor)
     out = _run(copy, """
 from pytest_gpucompat.common.metrics import METRICS, KEY_FIGURES, markdown_table
 from pytest_gpucompat.report.figures import key_figures
@@ -99,11 +103,9 @@ def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:
         '"""Cells as tab-separated lines.\n\nPYTEST_DONT_REWRITE\n"""\n\nfrom .model import Report\n\n\n'
         'def render_tsv(report: Report) -> str:\n'
         '    return "".join(f"{c.nodeid}\\t{c.outcome}\\n" for c in report.cells) or "\\n"\n')
-    cli = copy / "pytest_gpucompat" / "report" / "cli.py"
-    text = cli.read_text()
     anchor = '    "junit": ("junit", "render_junit", "write JUnit XML here"),\n'
-    assert anchor in text
-    cli.write_text(text.replace(anchor, anchor + '    "tsv": ("tsv", "render_tsv", "write the cells as TSV here"),\n'))
+    _edit(copy / "pytest_gpucompat" / "report" / "cli.py", anchor,
+          anchor + '    "tsv": ("tsv", "render_tsv", "write the cells as TSV here"),\n')
     report = ROOT / "docs" / "reports" / "h200-580.159.04-vllm-0.26.0.json"
     target = tmp_path / "out.tsv"
     _run(copy, f"import sys; from pytest_gpucompat.cli import main; sys.exit(main(['report', {str(report)!r}, "
@@ -114,8 +116,6 @@ def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:
 
 def test_recipe_add_an_option(copy: Path) -> None:
     """As "Add an option" says: four edits in options.py, then read from the run's Settings."""
-    options = copy / "pytest_gpucompat" / "options.py"
-    text = options.read_text()
     edits = [
         ("_OPTIONS = (\n",
          '_OPTIONS = (\n    Option("max-cells", metavar="N", type=int, default=7, help="at most N cells"),\n'),
@@ -125,9 +125,7 @@ def test_recipe_add_an_option(copy: Path) -> None:
          'gpu_budget=float(opt("gpu-budget")), max_cells=int(opt("max-cells")),'),
     ]
     for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    options.write_text(text)
+        _edit(copy / "pytest_gpucompat" / "options.py", old, new)
     out = _run(copy, """
 import argparse
 from pytest_gpucompat.options import PYTEST, Settings, add_options
