@@ -213,6 +213,8 @@ def test_a_new_runner_whose_cells_all_failed_fails_the_gate(tmp_path: Path,
     code, out, _ = run(capsys, "diff", str(b), str(c))
     assert code == 1 and "24 regression(s)" in out.splitlines()[0]
     assert "runner h200-new: absent → present" in out
+    # the compared cells did not change: the new runner's are new (and regressed), not changed
+    assert " ".join(out.splitlines()[1:3]).startswith("cells: 29 compared, 0 changed, 24 regressed, 0 missing, 24 new")
 
 
 def test_passed_to_xfailed_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,6 +232,7 @@ def test_other_outcome_moves_are_listed_never_clean() -> None:
     result = diff_reports(one({}, outcome="failed", reason="x"), one({}, outcome="error", reason="y"))
     assert not result.clean and [c.after for c in result.outcome_changes] == ["error"]
     assert "Changed outcomes (1)" in format_diff(result, width=100)
+    assert "1 compared, 1 changed, 0 regressed" in format_diff(result, width=100)
 
 
 # --- what changed between the runs -------------------------------------------------------------------------------

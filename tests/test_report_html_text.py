@@ -46,3 +46,21 @@ def test_deviations_are_a_table_with_the_engines_defaults() -> None:
     assert cells[1] == ["vllm", "2", "gpu_memory_utilization", "0.2", "harness", "0.9", "leave room for the reference"]
     assert cells[2] == ["enforce_eager", "True", "cell", "False", ""]
     assert "{" not in text_of(section.group(0))
+
+
+def test_chart_labels_too_long_are_cut_with_an_ellipsis_and_kept_whole_in_their_tooltip():
+    import re
+
+    from pytest_gpucompat.report.charts import performance_chart
+    from pytest_gpucompat.report.model import Report
+
+    version = "0.26.0+cu129.nightly.20261204.gabcdef0123456789"
+    report = Report.from_dict({"schema_version": 1, "tool_version": "0", "created": "x", "runners": {"r": {}},
+                               "cells": [{"nodeid": "t.py::test_gen[vllm]", "engine": "vllm", "outcome": "passed",
+                                          "runner": "r", "metrics": {"tokens_per_s": 10.0},
+                                          "engine_info": {"version": version}}]})
+    svg = performance_chart(report)
+    label = f"vllm {version}"
+    shown = re.search(r"<title>" + re.escape(label) + r"</title>([^<]*)</text>", svg)
+    assert shown is not None, svg
+    assert shown.group(1).endswith("…") and label.startswith(shown.group(1)[:-1]) and len(shown.group(1)) <= 30

@@ -8,6 +8,7 @@ import json
 import pytest
 from conftest import requires
 
+from pytest_gpucompat.report.html import render_html
 from pytest_gpucompat.report.io import load_report
 from pytest_gpucompat.report.markdown import render_markdown
 
@@ -52,9 +53,8 @@ def test_reruns_recorded_per_cell_and_flaky_cells_shown(pytester, xdist):
                                  "  flaky *test_cell?hf-n=2? (hf): passed on attempt 2*"])
     markdown = render_markdown(report)
     assert "flaky: passed on attempt 2" in markdown and "failed after 2 reruns" in markdown
-    html = (pytester.path / "r.html")
-    if html.exists():
-        assert "flaky: passed on attempt 2" in html.read_text()
+    html = render_html(report)  # as text in the page, not only in a tooltip
+    assert '<span class="why rerun">flaky: passed on attempt 2; first failure: AssertionError: warming up' in html
 
 
 def test_diff_shows_a_cell_that_became_flaky_without_failing_the_gate(tmp_path, capsys):

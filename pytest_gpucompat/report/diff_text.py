@@ -47,8 +47,10 @@ def _change_line(change: Change, result: DiffResult) -> str:
 def _cell_counts(result: DiffResult) -> str:
     """The summary line: how many cells were compared, changed (an outcome or a figure moved), regressed, missing
     and new."""
+    new = set(result.new_cells)  # a new cell is counted as new (and regressed where it fails), not as changed
     changed = {row.key for row in result.changed}
-    changed |= {c.key for c in (*result.regressions, *result.improvements) if c.kind == "outcome"}
+    changed |= {c.key for c in (*result.regressions, *result.improvements, *result.outcome_changes)
+                if c.kind == "outcome" and c.key not in new}
     regressed = {c.key for c in result.regressions} | {n.key for n in result.new_broken}
     if not result.allow_missing:
         regressed |= {c.key for c in result.lost}
