@@ -60,12 +60,24 @@ def uninstall(config: pytest.Config) -> None:
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """Ctrl-C and SIGTERM wait until the block ends (then they are delivered as usual): the final report is written
-    whole or not started, never cut in the middle and lost. Main thread only (elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    whole or not started, never cut in the middle and lost. Main thread only (elsewhere a no-op).
+
+    The handlers are swapped for one that only notes the signal, rather than the signals masked: a process-directed
+    signal goes to any thread that does not block it, and another plugin's thread (a rerun or timeout plugin's) did
+    not, so a mask on the main thread alone still let Python run the raising handler there."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    pending: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
