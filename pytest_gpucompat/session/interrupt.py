@@ -79,5 +79,5 @@ def signals_held() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)
+        for noted in dict.fromkeys(pending):
+            signal.raise_signal(noted)
