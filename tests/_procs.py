@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 
@@ -14,7 +15,17 @@ def dead(pid: int) -> bool:
         return True
 
 
-def wait_dead(pid: int, timeout: float = 5.0) -> bool:
+def default_signals() -> None:
+    """In a child before it runs pytest (``preexec_fn``): the signals' default dispositions, none blocked. A child
+    inherits an ignored SIGINT (a shell's background job, a CI runner that ignores it) and Python then leaves it
+    ignored: the run would not see the signal a test sends."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def wait_dead(pid: int, timeout: float = 60.0) -> bool:
+    """Polled until the process is gone, for as long as a loaded machine may need (it ends as soon as it is)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if dead(pid):

@@ -238,11 +238,12 @@ def test_http_error_is_a_failed_call(run_server, model_dir: Path) -> None:
 
 
 def test_refused_endpoint_fails_within_seconds(model_dir: Path) -> None:
-    """Nothing listens there: say so at once, not after the whole start-up timeout."""
+    """Nothing listens there: say so at once, not after the whole start-up timeout (which would end in "not ready
+    after 600 s"; the wall-clock bound is only a guard, long enough for a loaded machine)."""
     began = time.monotonic()
     with pytest.raises(EngineFailed, match=r"^connection refused: http://127.0.0.1:9$"):
         OpenAIEngine().start(EngineSpec("openai", str(model_dir), {"endpoint": "http://127.0.0.1:9/v1"}))
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 120
 
 
 def test_endpoint_that_never_gets_ready_times_out(run_server, model_dir: Path) -> None:

@@ -263,6 +263,15 @@ def _sleeper(env: dict[str, str], user: int | None = None) -> subprocess.Popen[b
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+def _until_exec(pid: int, token: str, limit_s: float = 60.0) -> None:
+    """Until the forked child runs `sleep` with the environment given, polled (read from /proc, not through the
+    code under test). Its name changes before its new environment is readable: the environment is waited for."""
+    deadline = time.monotonic() + limit_s
+    while f"{sharing.RUN_ENV}={token}".encode() not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, "the sleeper never started"
+        time.sleep(0.01)
+
+
 def test_a_process_of_another_user_with_the_token_is_not_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The token is only believed in a process of this user: another user's memory stays in the budget."""
     token = "0123456789abcdef0123456789abcdef"
@@ -270,7 +279,7 @@ def test_a_process_of_another_user_with_the_token_is_not_the_runs(monkeypatch: p
     env = {"PATH": os.environ.get("PATH", ""), sharing.RUN_ENV: token}
     proc = _sleeper(env)
     try:
-        time.sleep(0.2)
+        _until_exec(proc.pid, token)
         assert sharing._foreign(1000.0, {proc.pid: 400.0}, True, [], 0.0) == 600.0  # ours: token, same user
         monkeypatch.setattr(ownership, "process_uid", lambda pid: os.getuid() + 1, raising=False)
         assert not ownership.carries_token(proc.pid, token, sharing.RUN_ENV)
@@ -286,7 +295,7 @@ def test_a_real_process_of_another_user_with_the_token_is_foreign(monkeypatch: p
     monkeypatch.setenv(sharing.RUN_ENV, token)
     proc = _sleeper({"PATH": os.environ.get("PATH", ""), sharing.RUN_ENV: token}, user=NOBODY)
     try:
-        time.sleep(0.2)
+        _until_exec(proc.pid, token)
         assert ownership.process_uid(proc.pid) == NOBODY
         assert sharing._foreign(1000.0, {proc.pid: 400.0}, True, [], 0.0) == 1000.0
     finally:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _procs import wait_dead
+from _procs import default_signals, wait_dead
 
 SLEEPING_RUN = """
 import os, subprocess, sys, time
@@ -44,15 +44,6 @@ def test_sleeps(gpucompat_cell, gpucompat_isolated):
 """
 
 
-def _default_signals() -> None:
-    """In the child before it runs pytest: the signals' default dispositions, none blocked. A child inherits an
-    ignored SIGINT (a shell's background job, a CI runner that ignores it) and Python then leaves it ignored: the
-    run would not see the signal this test sends."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-
-
 def _start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], list[int]]:
     """pytest on SLEEPING_RUN, once its isolated child and the child's own subprocess are up: their pids."""
     pids = tmp_path / "pids"
@@ -61,9 +52,9 @@ def _start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], lis
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpucompat", "--gpucompat-report", "r.json",
          "--gpucompat-log-dir", "logs", "test_sleeping_run.py", *args],  # a killed run cannot clean up its logs
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # polled: a loaded machine may take long to start pytest and its child
     while not pids.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
@@ -82,7 +73,7 @@ def _finish(proc: subprocess.Popen[bytes], timeout: float = 20) -> str:
 
 
 def _none_left(pids: list[int]) -> None:
-    left = [p for p in pids if not wait_dead(p, timeout=5)]
+    left = [p for p in pids if not wait_dead(p)]
     for pid in left:  # do not leave them to the next test either
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes started by the run are still alive: {left}"
@@ -91,10 +82,8 @@ def _none_left(pids: list[int]) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_writes_the_report_and_stops_the_engines(tmp_path: Path, sig: signal.Signals) -> None:
     proc, pids = _start_run(tmp_path)
-    began = time.monotonic()
     proc.send_signal(sig)
-    out = _finish(proc)
-    assert time.monotonic() - began < 15, "shutting down waited for the busy child"
+    out = _finish(proc, timeout=120)  # the busy child sleeps 600 s: a shutdown that waited for it never ends here
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-2000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["interrupted"] is True
@@ -106,7 +95,7 @@ def test_interrupt_writes_the_report_and_stops_the_engines(tmp_path: Path, sig: 
 def test_sigkill_of_pytest_takes_its_engine_children_along(tmp_path: Path) -> None:
     proc, pids = _start_run(tmp_path)
     proc.kill()
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
     _none_left(pids)  # no report is possible (but for the last checkpoint); no process may be left
 
 
