@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_sharing import CONFTEST as ONE_GPU_CONFTEST  # a fake GPU of 1000 MiB in the fingerprint
 
-from pytest_gpucompat.engines import compile_key
+from pytest_gpucompat.catalog.params import compile_key
 from pytest_gpucompat.gpushare.first_start import FirstStarts, Turn
 from pytest_gpucompat.gpushare.ledger import FirstStart, Ledger, State, holder_id
 
@@ -206,7 +206,7 @@ import compiling_engine  # noqa: E402,F401  the registration, which the engine l
 
 COMPILING_ENGINE = '''
 from pytest_gpucompat import create_destroy_cycles
-from pytest_gpucompat.engines.registry import CompileCache, EngineDescriptor, GpuMemory, register
+from pytest_gpucompat.catalog.registry import CompileCache, EngineDescriptor, GpuMemory, register
 
 register(EngineDescriptor(name="hf-compiling", adapter="pytest_gpucompat.engines.hf:HFEngine",
                           distribution="transformers", module="transformers",
