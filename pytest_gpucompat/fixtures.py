@@ -51,8 +51,8 @@ def run_state(config: pytest.Config) -> RunState | None:
 
 
 def plain(value: Any) -> Any:
-    """Only JSON types (``report.payload.plain``): what a cell notes travels to the report writer."""
-    from .report.payload import plain as only_json
+    """Only JSON types (``session.payload.plain``): what a cell notes travels to the report writer."""
+    from .session.payload import plain as only_json
 
     return only_json(value)
 

@@ -131,6 +131,20 @@ def test_floors_below_the_adapters_import_nothing_from_them() -> None:
     assert {k: v for k, v in found.items() if v} == {}
 
 
+def test_the_report_package_knows_nothing_of_pytest() -> None:
+    """report/ is the model and its renderers: pytest's transport (stash keys, worker payloads, the report lock's
+    UsageError) lives in session/. Lazy imports count."""
+    found = {}
+    for name, path in MODULES.items():
+        if name.startswith("pytest_gpucompat.report."):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0]
+            if bad := [m for m in names if m.split(".")[0] in ("pytest", "_pytest", "xdist")]:
+                found[name] = bad
+    assert found == {}
+
+
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
