@@ -32,13 +32,13 @@ import sys
 import time
 from typing import Any
 
+from pytest_gpucompat.catalog.base import EngineSpec
 from pytest_gpucompat.checks.compare import compare_generations, thresholds_for, verdict_drift
 from pytest_gpucompat.checks.cycles import create_destroy_cycles
 from pytest_gpucompat.checks.leaks import CyclePolicy, memory_verdict
 from pytest_gpucompat.checks.memory import MemorySample
 from pytest_gpucompat.checks.ownership import OWNER_ENV
 from pytest_gpucompat.engines import create
-from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.engines.isolation import run_in_child
 from pytest_gpucompat.workload.models import build_perturbed_model, build_tiny_model, fixed_prompts, model_vocab_size
 

@@ -22,10 +22,10 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "Decision": ("kb.verdicts", "Decision"),
     "Finding": ("kb.verdicts", "Finding"),
     # engines
-    "EngineSpec": ("engines.base", "EngineSpec"),
-    "Generation": ("engines.base", "Generation"),
-    "EngineFailed": ("engines.base", "EngineFailed"),
-    "EngineUnavailable": ("engines.base", "EngineUnavailable"),
+    "EngineSpec": ("catalog.base", "EngineSpec"),
+    "Generation": ("catalog.base", "Generation"),
+    "EngineFailed": ("catalog.base", "EngineFailed"),
+    "EngineUnavailable": ("catalog.base", "EngineUnavailable"),
     # what the suites use besides the fixtures
     "engine_spec": ("fixtures", "engine_spec"),
     "reference_engine": ("fixtures", "reference_engine"),

@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rules = sub.add_parser("rules", help="list the knowledge base")
     add_options(rules.add_argument, "", CLI["rules"], cli=True)
-    from .engines.registry import kb_engine_names
+    from .catalog.registry import kb_engine_names
 
     rules.add_argument("ids", nargs="*", metavar="ID",
                        help="show these rules in full: conditions, flags, and the anchors and facts their release "
@@ -278,8 +278,8 @@ def _with_predictions(text: str, fp: Fingerprint) -> str:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from .catalog.registry import kb_engine_names
     from .common.versions import normalize_package
-    from .engines.registry import kb_engine_names
     from .kb import filter_rules, finding_for, load_kb
 
     known = (*kb_engine_names(), "none")

@@ -23,7 +23,7 @@ import pytest
 from .options import Settings
 
 if TYPE_CHECKING:
-    from .engines.base import Engine, EngineFailed, EngineSpec, Generation, RunInfo
+    from .catalog.base import Engine, EngineFailed, EngineSpec, Generation, RunInfo
     from .engines.pool import EnginePool
     from .kb import Finding
     from .machine.fingerprint import Fingerprint
@@ -51,8 +51,8 @@ def run_state(config: pytest.Config) -> RunState | None:
 
 
 def plain(value: Any) -> Any:
-    """Only JSON types (``report.payload.plain``): what a cell notes travels to the report writer."""
-    from .report.payload import plain as only_json
+    """Only JSON types (``session.payload.plain``): what a cell notes travels to the report writer."""
+    from .session.payload import plain as only_json
 
     return only_json(value)
 
@@ -189,8 +189,8 @@ class StartedEngine:
 
 
 def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
-    from .engines.base import EngineSpec
-    from .engines.registry import drives_server
+    from .catalog.base import EngineSpec
+    from .catalog.registry import drives_server
 
     params = {**cell.params, **overrides}
     endpoint = settings(config).endpoint
@@ -325,7 +325,7 @@ def start_engine(
     ``record=False`` (the reference) keeps the engine's info off the cell and counts its time as ``reference_s``;
     ``cache`` remembers its answers: a deterministic reference asked the same prompts again answers from memory.
     """
-    from .engines.base import EngineFailed, EngineUnavailable
+    from .catalog.base import EngineFailed, EngineUnavailable
 
     cs = _cell_state(request)
     part = None if record else "reference_s"
@@ -373,8 +373,8 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
     Not installed -> skip with the reason; a crash or hang -> failed cell carrying the child's log tail.
     """
-    from .engines import missing_module
-    from .engines.base import EngineFailed, EngineSpec, EngineUnavailable
+    from .catalog.base import EngineFailed, EngineSpec, EngineUnavailable
+    from .catalog.params import missing_module
     from .engines.isolation import run_in_child
     from .session.sharing import engine_lives
 
@@ -422,8 +422,8 @@ _reference_answers = pytest.StashKey[dict[Any, Any]]()
 def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Path, **params: Any) -> StartedEngine:
     """The float32 transformers reference (``params`` such as ``pooling="last"`` to match what an engine does);
     greedy and deterministic, so each distinct question is asked once per session."""
-    from .engines.base import EngineSpec
-    from .engines.registry import reference_name
+    from .catalog.base import EngineSpec
+    from .catalog.registry import reference_name
 
     spec = EngineSpec(engine=reference_name(), model=str(model), params={"dtype": "float32", **params})
     answers = request.config.stash.setdefault(_reference_answers, {})

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .engines.base import EngineSpec
+    from .catalog.base import EngineSpec
     from .kb import Decision, Finding
     from .machine.fingerprint import Fingerprint
     from .workload.matrix import Cell

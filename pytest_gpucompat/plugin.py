@@ -231,7 +231,7 @@ class _Run:
         report = yield
         failure = call.excinfo.value if call.excinfo is not None else None
         if failure is not None:
-            from .engines.base import EngineFailed
+            from .catalog.base import EngineFailed
             from .gpushare.ledger import GpuWaitTimeout
 
             if isinstance(failure, GpuWaitTimeout) and report.failed:

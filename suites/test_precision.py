@@ -25,7 +25,7 @@ from pytest_gpucompat import (
     verdict_drift,
     verdict_embeddings,
 )
-from pytest_gpucompat.engines import normalize_dtype
+from pytest_gpucompat.catalog.registry import normalize_dtype
 
 PROMPT_LEN = 16
 MAX_TOKENS = 16

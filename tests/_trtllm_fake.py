@@ -1,4 +1,4 @@
-"""A `tensorrt_llm` stand-in built from a contract file (pytest_gpucompat/engines/contracts/), for driving the
+"""A `tensorrt_llm` stand-in built from a contract file (pytest_gpucompat/catalog/contracts/), for driving the
 adapter without TensorRT-LLM: each class takes exactly the parameters the contract lists and rejects any other, as
 TensorRT-LLM's strict pydantic arguments do; each result exposes only the attributes the contract lists."""
 

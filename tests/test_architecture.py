@@ -119,6 +119,32 @@ def test_no_package_level_circle() -> None:
     assert _cycles(graph) == []
 
 
+#: The floors under the engine adapters: they read the catalog (`pytest_gpucompat.catalog`), never the adapters'
+#: package, so what a machine, a rule, a shared GPU, a workload or a report is does not hang on adapter code.
+BELOW_ADAPTERS = ("catalog", "common", "machine", "kb", "gpushare", "workload", "report")
+
+
+def test_floors_below_the_adapters_import_nothing_from_them() -> None:
+    found = {name: sorted(m for m in _imports(name, path) if m == "pytest_gpucompat.engines"
+                          or m.startswith("pytest_gpucompat.engines."))
+             for name, path in MODULES.items() if name.split(".")[1:2] and name.split(".")[1] in BELOW_ADAPTERS}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_report_package_knows_nothing_of_pytest() -> None:
+    """report/ is the model and its renderers: pytest's transport (stash keys, worker payloads, the report lock's
+    UsageError) lives in session/. Lazy imports count."""
+    found = {}
+    for name, path in MODULES.items():
+        if name.startswith("pytest_gpucompat.report."):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0]
+            if bad := [m for m in names if m.split(".")[0] in ("pytest", "_pytest", "xdist")]:
+                found[name] = bad
+    assert found == {}
+
+
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -147,7 +173,7 @@ def test_fixtures_are_a_plugin_of_their_own() -> None:
 def _engine_words() -> set[str]:
     """Every spelling that names a registered engine, taken from the registry live: its name, aliases, module, the
     distribution that carries its version and the distributions its descriptor tracks for it."""
-    from pytest_gpucompat.engines.registry import descriptors
+    from pytest_gpucompat.catalog.registry import descriptors
 
     words: set[str] = set()
     for d in descriptors():
@@ -170,13 +196,14 @@ def _engine_names_in(source: str, words: set[str]) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_the_engines_names_an_engine() -> None:
-    """What an engine is lives in its descriptor (engines/registry.py): a module elsewhere that compares with an
+    """What an engine is lives in its descriptor (catalog/registry.py): a module elsewhere that compares with an
     engine's name, or names its package, keeps a second list that a new engine would not be in. It asks the
     registry instead (`drives_server`, `reference_name`, `default_dtype`, `stack_packages`, ...)."""
     words = _engine_words()
     engines = PACKAGE / "engines"
+    catalog = PACKAGE / "catalog" / "registry.py"  # the descriptors themselves
     found = {f"{path.relative_to(PACKAGE)}:{line}": text for path in sorted(MODULES.values())
-             if engines not in path.parents
+             if engines not in path.parents and path != catalog
              for line, text in _engine_names_in(path.read_text(encoding="utf-8"), words)}
     assert found == {}, f"ask the engine registry instead of naming an engine: {found}"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.catalog.base import Generation
 from pytest_gpucompat.checks.compare import (
     DEFAULT_THRESHOLDS,
     compare_generations,
@@ -17,7 +18,6 @@ from pytest_gpucompat.checks.compare import (
     verdict_drift,
     verdict_embeddings,
 )
-from pytest_gpucompat.engines.base import Generation
 
 
 def gen(tokens: list[int], tops: list[dict[int, float]]) -> Generation:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.catalog.base import Generation
 from pytest_gpucompat.checks import outputs
 from pytest_gpucompat.common.errors import InputError
-from pytest_gpucompat.engines.base import Generation
 from pytest_gpucompat.report.cross import figures_text, runner_pairs
 from pytest_gpucompat.report.diff import diff_reports, parse_threshold
 from pytest_gpucompat.report.html import render_html

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from pytest_gpucompat.catalog.base import EngineSpec, Generation, RunInfo
 from pytest_gpucompat.checks import memory
 from pytest_gpucompat.checks.cycles import create_destroy_cycles
-from pytest_gpucompat.engines.base import EngineSpec, Generation, RunInfo
 
 torch = pytest.importorskip("torch")
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.catalog.base import EngineSpec
 from pytest_gpucompat.checks.cycles import FinishedRuns, create_destroy_cycles, finished_process_runs, stop_left_running
 from pytest_gpucompat.checks.leaks import CyclePolicy, memory_verdict
 from pytest_gpucompat.checks.memory import MemorySample
 from pytest_gpucompat.checks.ownership import DeviceSnapshot, GpuProcess, Scope, current_scope, owned_pids
-from pytest_gpucompat.engines.base import EngineSpec
-from pytest_gpucompat.engines.processes import start_time
+from pytest_gpucompat.machine.procfs import start_time
 from pytest_gpucompat.workload.models import build_tiny_model, fixed_prompts, model_vocab_size
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

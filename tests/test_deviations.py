@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat.engines import EngineFailed, EngineSpec, create, registry
+from pytest_gpucompat.catalog import registry
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec
+from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.deviations import Deviation, deviations, harness_environment, harness_settings, settle
 from pytest_gpucompat.report.model import CellRecord, deviation_groups
 from pytest_gpucompat.report.validate import InvalidField, check_report_dict

@@ -11,18 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.engines import (
-    canonical_name,
-    create,
-    descriptors,
-    distribution,
-    engine_names,
-    engine_params,
-    engine_version,
-    missing_module,
-    normalize_dtype,
-)
-from pytest_gpucompat.engines.base import EngineSpec, EngineUnavailable
+from pytest_gpucompat.catalog.base import EngineSpec, EngineUnavailable
+from pytest_gpucompat.catalog.params import distribution, engine_params, engine_version, missing_module
+from pytest_gpucompat.catalog.registry import canonical_name, descriptors, engine_names, normalize_dtype
+from pytest_gpucompat.engines import create
 from pytest_gpucompat.engines.pool import EnginePool
 
 ADAPTERS = [(d.name, d.module, d.adapter.partition(":")[2]) for d in descriptors() if d.module is not None]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.checks.compare import compare_generations, cosine_similarity, thresholds_for, verdict_drift
 from pytest_gpucompat.engines import create
-from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.hf import HFEngine
 from pytest_gpucompat.workload.models import build_perturbed_model, build_tiny_model, fixed_prompts
 

@@ -92,7 +92,7 @@ def _deep_check(blocks: int) -> None:
 def test_an_exception_without_a_message_says_where_it_was_raised() -> None:
     """A bare `assert` deep in an engine (vLLM 0.26 with an fp8_e5m2 KV cache on an H200) said only
     "AssertionError": the cell must say which line of which module."""
-    from pytest_gpucompat.engines import exception_line
+    from pytest_gpucompat.catalog.loglines import exception_line
 
     try:
         _deep_check(0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _procs import wait_dead
 
-from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec, EngineUnavailable
 from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.openai import OpenAIEngine, cli_flags, free_port
 from pytest_gpucompat.workload.models import tiny_vocab
@@ -313,7 +313,7 @@ def test_server_failure_reason_is_its_own_last_error(server_script: Path, model_
 
 PARENT_OF_A_SERVER = """
 import sys, time
-from pytest_gpucompat.engines.base import EngineSpec
+from pytest_gpucompat.catalog.base import EngineSpec
 from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.openai import OpenAIEngine
 

@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import requires
 
-from pytest_gpucompat.engines import create, engine_names, unit_vector
-from pytest_gpucompat.engines.base import EngineSpec
-from pytest_gpucompat.engines.isolation import IsolatedEngine
-from pytest_gpucompat.engines.pool import EnginePool
-from pytest_gpucompat.engines.registry import (
+from pytest_gpucompat.catalog.base import EngineSpec
+from pytest_gpucompat.catalog.params import unit_vector
+from pytest_gpucompat.catalog.registry import (
     EngineDescriptor,
     canonical_name,
     default_dtype,
@@ -23,6 +21,7 @@ from pytest_gpucompat.engines.registry import (
     descriptors,
     drives_server,
     engine_environment,
+    engine_names,
     help_commands,
     kb_engine_names,
     normalize_dtype,
@@ -33,6 +32,9 @@ from pytest_gpucompat.engines.registry import (
     stack_packages,
     tracked_packages,
 )
+from pytest_gpucompat.engines import create
+from pytest_gpucompat.engines.isolation import IsolatedEngine
+from pytest_gpucompat.engines.pool import EnginePool
 from pytest_gpucompat.engines.servers import engine_server_command, servers
 
 FAKE = "test_isolation:FakeEngine"
@@ -171,8 +173,8 @@ def test_a_cell_may_run_the_reference_in_a_child_and_name_it_by_alias(pytester: 
 def test_an_engine_registered_later_is_asked_live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The registry is asked at use, never copied at import: an engine a conftest registers after the package was
     imported is accepted by rule files and by `gpucompat rules --engine`."""
+    from pytest_gpucompat.catalog import registry
     from pytest_gpucompat.cli import main
-    from pytest_gpucompat.engines import registry
     from pytest_gpucompat.kb import load_kb
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))

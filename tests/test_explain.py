@@ -235,7 +235,7 @@ RULES = textwrap.dedent("""
         sources: [{kind: code, ref: x}]
 """)
 FAKE_ENGINE = textwrap.dedent("""
-    from pytest_gpucompat.engines import EngineFailed
+    from pytest_gpucompat.catalog.base import EngineFailed
 
     class Refuses:
         name = "refuses"

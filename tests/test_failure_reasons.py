@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_a_failure_whose_first_line_is_only_a_header_keeps_the_cause() -> None:
-    from pytest_gpucompat.engines import exception_line
+    from pytest_gpucompat.catalog.loglines import exception_line
 
     exc = ValueError("1 validation error for ModelConfig\n  max_model_len\n    Value error, User-specified "
                      "max_model_len (9999) is greater than the derived max_model_len (512). [type=value_error]\n"

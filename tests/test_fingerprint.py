@@ -197,7 +197,7 @@ def test_text_form_mentions_reasons():
 # --------------------------------------------------------------------------- engine environment and kernel packages
 
 def test_env_prefixes_come_from_the_registry_plus_the_libraries():
-    from pytest_gpucompat.engines.registry import descriptors
+    from pytest_gpucompat.catalog.registry import descriptors
     from pytest_gpucompat.machine.environment import LIBRARY_ENV_PREFIXES, recorded_prefixes
 
     prefixes = recorded_prefixes()
@@ -251,7 +251,7 @@ def test_kernel_packages_are_tracked(monkeypatch, tmp_path):
     packages = fpmod.installed_packages()
     assert packages == {"flash-attn": "2.7.4", "flashinfer-python": "0.2.5", "sglang-kernel": "0.1.9",
                         "vllm": "0.26.0", "xformers": "0.0.29"}
-    from pytest_gpucompat.engines.registry import descriptors
+    from pytest_gpucompat.catalog.registry import descriptors
     from pytest_gpucompat.machine.stack import tracked_distributions
 
     for descriptor in descriptors():  # every descriptor's `packages` is tracked under the engine's name

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_sharing import CONFTEST as ONE_GPU_CONFTEST  # a fake GPU of 1000 MiB in the fingerprint
 
-from pytest_gpucompat.engines import compile_key
+from pytest_gpucompat.catalog.params import compile_key
 from pytest_gpucompat.gpushare.first_start import FirstStarts, Turn
 from pytest_gpucompat.gpushare.ledger import FirstStart, Ledger, State, holder_id
 
@@ -208,8 +208,8 @@ COMPILING_ENGINE = '''
 import os
 
 from pytest_gpucompat import create_destroy_cycles
+from pytest_gpucompat.catalog.registry import CompileCache, EngineDescriptor, GpuMemory, register
 from pytest_gpucompat.engines.hf import HFEngine
-from pytest_gpucompat.engines.registry import CompileCache, EngineDescriptor, GpuMemory, register
 
 class MarkingHF(HFEngine):
     """The hf engine, saying when a start of it begins: by then its worker holds the configuration's first start."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.catalog.base import Generation
 from pytest_gpucompat.checks.golden import judge
 from pytest_gpucompat.checks.golden_files import (
     FORMAT,
@@ -22,7 +23,6 @@ from pytest_gpucompat.checks.golden_files import (
     record,
 )
 from pytest_gpucompat.common.errors import InputError
-from pytest_gpucompat.engines.base import Generation
 from pytest_gpucompat.workload.checkpoint import ModelIdentity
 
 MODEL = ModelIdentity(name="qwen2-abc", weights="a" * 64, config="c" * 64, tokenizer="t" * 64)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.catalog.base import Generation, RunInfo
 from pytest_gpucompat.checks import outputs
 from pytest_gpucompat.checks.golden import backend_difference, judge
 from pytest_gpucompat.checks.golden_files import (
@@ -21,7 +22,6 @@ from pytest_gpucompat.checks.golden_files import (
     parse,
     record,
 )
-from pytest_gpucompat.engines.base import Generation, RunInfo
 from pytest_gpucompat.report.golden import check_report, checks_json, with_checks
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.session.golden_run import CellGolden, GoldenRun

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import requires
 
+from pytest_gpucompat.catalog.base import EngineSpec
 from pytest_gpucompat.checks.golden_files import GoldenFile, Recorded, record
-from pytest_gpucompat.engines.base import EngineSpec
 from pytest_gpucompat.session.golden_run import GoldenRun
 from pytest_gpucompat.workload.models import build_tiny_model
 from pytest_gpucompat.workload.prompts import prompt_set_for
@@ -104,7 +104,7 @@ def test_another_models_golden_is_refused_and_none_is_missing(pytester: pytest.P
 PERTURBED = textwrap.dedent("""
     from pathlib import Path
 
-    from pytest_gpucompat.engines.base import EngineSpec
+    from pytest_gpucompat.catalog.base import EngineSpec
     from pytest_gpucompat.engines.hf import HFEngine
     from pytest_gpucompat.workload.models import build_perturbed_model
 

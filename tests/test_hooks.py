@@ -82,7 +82,7 @@ def pytest_gpucompat_cell_exclusive(config, item):
     return True if item.originalname == "test_alone" else None
 """)
     pytester.makepyfile(fake_engine="""
-        from pytest_gpucompat.engines.base import RunInfo
+        from pytest_gpucompat.catalog.base import RunInfo
 
         class Engine:
             name = "fake"

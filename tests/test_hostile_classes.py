@@ -539,7 +539,8 @@ def test_a_long_engine_log_line_is_read_in_linear_time(line: str) -> None:
     """The exception-line pattern backtracked quadratically on a long line of words repeating "Error" (21 s for
     32 KiB), and the rule proposal's path pattern on one long word (156 s for 64 KiB): an engine's log line has no
     length bound. Both take a fraction of a second on 256 KiB now, with the same answers."""
-    from pytest_gpucompat.engines.failures import failure_reason, last_error
+    from pytest_gpucompat.catalog.loglines import last_error
+    from pytest_gpucompat.engines.failures import failure_reason
     from pytest_gpucompat.kb.propose import group_failures, propose_rule
     from pytest_gpucompat.kb.signatures import Failure
     from pytest_gpucompat.machine.fingerprint import Fingerprint

@@ -23,9 +23,9 @@ from types import SimpleNamespace
 import pytest
 from test_checkpoint import checkpoint_dir
 
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec
 from pytest_gpucompat.checks import ownership
 from pytest_gpucompat.cli import main
-from pytest_gpucompat.engines.base import EngineFailed, EngineSpec
 from pytest_gpucompat.engines.isolation import IsolatedEngine
 from pytest_gpucompat.engines.processes import append_log, open_log
 from pytest_gpucompat.report.io import UnsafeTarget, write_text_atomic

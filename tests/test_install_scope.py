@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucompat.engines.registry import tracked_packages
+from pytest_gpucompat.catalog.registry import tracked_packages
 from pytest_gpucompat.kb import load_kb, matching_rules
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.machine.installs import EngineInstall

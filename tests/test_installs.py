@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.catalog.registry import descriptors, tracked_packages
 from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.common.installed import find, normalize, requirements
-from pytest_gpucompat.engines.registry import descriptors, tracked_packages
 from pytest_gpucompat.machine import fingerprint as fpmod
 from pytest_gpucompat.machine import installs as installs_mod
 from pytest_gpucompat.machine.installs import EngineInstall, engine_installs

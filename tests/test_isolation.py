@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from _procs import dead
 
-from pytest_gpucompat.engines import Unsupported
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from pytest_gpucompat.catalog.loglines import last_error
+from pytest_gpucompat.catalog.params import Unsupported
 from pytest_gpucompat.engines import pool as pool_module
-from pytest_gpucompat.engines.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
-from pytest_gpucompat.engines.failures import exit_status, failure_reason, last_error, log_tail
+from pytest_gpucompat.engines.failures import exit_status, failure_reason, log_tail
 from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child
 from pytest_gpucompat.engines.pool import EnginePool
 from pytest_gpucompat.engines.processes import ProcessGroup, is_ours, process_group, state_dir
@@ -417,7 +418,7 @@ def test_logs_are_removed_at_exit_unless_their_engine_failed(tmp_path: Path) -> 
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_isolation import measure
-from pytest_gpucompat.engines.base import EngineFailed
+from pytest_gpucompat.catalog.base import EngineFailed
 from pytest_gpucompat.engines.isolation import IsolatedEngine, run_in_child
 from pytest_gpucompat.engines.processes import state_dir
 print(state_dir())

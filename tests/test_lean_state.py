@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pytest_gpucompat.report import payload
 from pytest_gpucompat.report.model import Report
+from pytest_gpucompat.session import payload
 from pytest_gpucompat.workload.matrix import Cell, expand_block
 
 FP = {"name": "r1", "gpus": []}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_gpucompat.checks.golden_files import load_golden_source
-from pytest_gpucompat.engines.hf import quiet_progress_bars
+from pytest_gpucompat.common.progress import quiet_progress_bars
 from pytest_gpucompat.workload import models
 from pytest_gpucompat.workload.checkpoint import computation_config, model_identity, safetensors_header
 from pytest_gpucompat.workload.models import build_tiny_model, resolve_models

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucompat.engines.hf import quiet_progress_bars
+from pytest_gpucompat.common.progress import quiet_progress_bars
 from pytest_gpucompat.workload import models
 from pytest_gpucompat.workload.models import (
     build_perturbed_model,
@@ -203,7 +203,7 @@ def test_light_modules_do_not_import_torch() -> None:
         "import sys\n"
         "import pytest_gpucompat.workload.models, pytest_gpucompat.checks.compare, pytest_gpucompat.checks.memory\n"
         "import pytest_gpucompat.engines, pytest_gpucompat.engines.isolation\n"
-        "from pytest_gpucompat.engines import create, descriptors\n"
+        "from pytest_gpucompat.engines import create\nfrom pytest_gpucompat.catalog.registry import descriptors\n"
         "for d in descriptors():  # every registered engine's adapter (its module imported on the way)\n"
         "    create(d.name)\n"
         "engines = [d.module for d in descriptors() if d.module]\n"

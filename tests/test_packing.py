@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat.engines import registry
+from pytest_gpucompat.catalog import registry
 from pytest_gpucompat.gpushare.packing import (
     Request,
     auto_workers_per_gpu,
@@ -290,7 +290,8 @@ def test_which_starts_need_a_quiet_gpu(engine: str, params: dict[str, Any], quie
 
 
 def test_a_shared_gpu_sizes_the_cache_of_an_engine_that_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_gpucompat.engines import EngineSpec, engine_params
+    from pytest_gpucompat.catalog.base import EngineSpec
+    from pytest_gpucompat.catalog.params import engine_params
     from pytest_gpucompat.engines.deviations import deviations
     from pytest_gpucompat.session import sharing
     from pytest_gpucompat.workload import checkpoint

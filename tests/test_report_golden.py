@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucompat.catalog.base import Generation
 from pytest_gpucompat.checks import outputs
 from pytest_gpucompat.checks.golden import threshold_class
 from pytest_gpucompat.checks.golden_files import GoldenFile, Recorded, load_golden_source, record
 from pytest_gpucompat.cli import main
-from pytest_gpucompat.engines.base import Generation
 from pytest_gpucompat.report.golden import check_report
 from pytest_gpucompat.report.io import load_report
 from pytest_gpucompat.report.model import Report

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.catalog.registry import engine_names
 from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.common.versions import matches, parse_specifier, parse_version
-from pytest_gpucompat.engines.registry import engine_names
 from pytest_gpucompat.kb import load_kb, load_rule_file, matching_rules, parse_rule
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.machine.installs import EngineInstall

@@ -33,7 +33,7 @@ CONFTEST = textwrap.dedent("""
 """)
 
 FAKE_ENGINE = textwrap.dedent("""
-    from pytest_gpucompat.engines.base import RunInfo
+    from pytest_gpucompat.catalog.base import RunInfo
 
 
     class Engine:

@@ -1,5 +1,5 @@
 """The TensorRT-LLM adapter and the trtllm-serve command line against the API contracts extracted from TensorRT-LLM
-release sources (pytest_gpucompat/engines/contracts/): every name the adapter declares is there with the right kind,
+release sources (pytest_gpucompat/catalog/contracts/): every name the adapter declares is there with the right kind,
 the adapter runs start/generate/shutdown against a stand-in built from each contract, and the extraction tool reads
 sources with ast."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from _trtllm_fake import ContractViolation, build
 
-import pytest_gpucompat.engines
-from pytest_gpucompat.engines.base import EngineFailed, EngineSpec
-from pytest_gpucompat.engines.registry import descriptor
+import pytest_gpucompat.catalog
+from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec
+from pytest_gpucompat.catalog.registry import descriptor
 from pytest_gpucompat.engines.trtllm import (
     KWARGS,
     LLM_ARGS_USED,
@@ -28,7 +28,7 @@ from pytest_gpucompat.engines.trtllm import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACTS = sorted((Path(pytest_gpucompat.engines.__file__).parent / "contracts").glob("tensorrt_llm-*.json"))
+CONTRACTS = sorted((Path(pytest_gpucompat.catalog.__file__).parent / "contracts").glob("tensorrt_llm-*.json"))
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import Generation
+from ..catalog.registry import normalize_dtype
 from ..common.errors import InputError
 from ..common.inputs import load_file
 from ..common.paths import matrices_dir
-from ..engines.base import Generation
-from ..engines.registry import normalize_dtype
 
 DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
     # Used when no thresholds file is found; the same values as matrices/thresholds.yaml, which says how they were

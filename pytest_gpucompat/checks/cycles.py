@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalog.base import EngineSpec
 from ..engines import create
-from ..engines.base import EngineSpec
 from ..engines.child import caches_filled
-from ..engines.processes import start_time
+from ..machine.procfs import start_time
 from .leaks import CyclePolicy
 from .memory import MemorySample, settle
 from .ownership import (

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.base import Generation
+from ..catalog.base import Generation
 from .compare import DriftMetrics, compare_generations, thresholds_for, verdict_drift
 from .golden_files import GoldenFile, Recorded
 

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import Generation
 from ..common import jsontext
 from ..common.errors import InputError
 from ..common.files import DEFAULT_MODE, target_problem, write_atomic
 from ..common.inputs import load_file
-from ..engines.base import Generation
 from ..workload.checkpoint import ModelIdentity, short
 
 FORMAT = 1

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.base import Generation
+from ..catalog.base import Generation
 from .compare import compare_generations
 from .golden import drift_figures
 from .golden_files import _Reader, generation_dict

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..engines.processes import start_time, stat_fields
+from ..machine.procfs import start_time, stat_fields
 
 MIB = 1024 * 1024
 OWNER_ENV = "GPUCOMPAT_MEMORY_OWNER"

@@ -20,10 +20,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, create, exception_line
-from .base import Engine, EngineFailed, EngineUnavailable
+from ..catalog.base import Engine, EngineFailed, EngineUnavailable
+from ..catalog.loglines import exception_line
+from ..catalog.params import Unsupported
+from ..catalog.registry import engine_environment
+from . import create
 from .processes import append_log, death_signal_preexec, process_group, signal_group, state_dir
-from .registry import engine_environment
 
 _CHILD: dict[str, Any] = {"conn": None, "log": None, "groups": [], "lock": threading.Lock()}
 

@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalog.params import HARNESS_PARAMS
+from ..catalog.registry import HarnessDefault, descriptor
 from ..common.versions import norm_value
-from . import HARNESS_PARAMS
-from .registry import HarnessDefault, descriptor
 
 __all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment", "harness_settings", "settle"]
 

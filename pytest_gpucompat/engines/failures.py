@@ -7,11 +7,11 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 import os
-import re
 import signal
 
+from ..catalog.base import EngineFailed
+from ..catalog.loglines import last_error
 from ..common.inputs import read_bytes
-from .base import EngineFailed
 from .processes import keep_log
 
 LOG_TAIL_LINES = 40
@@ -27,57 +27,6 @@ def log_tail(path: str | os.PathLike[str] | None, n: int = LOG_TAIL_LINES, max_b
         return ""
     lines = data.decode("utf-8", errors="replace").splitlines()
     return "\n".join(lines[-n:]) if n > 0 else ""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The engine's own last error, from its log
-
-# Prefixes loggers put before each line of a traceback: vLLM "(EngineCore_DP0 pid=12) " and
-# "ERROR 01-02 03:04:05 [core.py:12] ", SGLang "[2025-01-02 03:04:05 TP0] ", ANSI colours.
-_LOG_PREFIXES = re.compile(
-    r"^(?:\x1b\[[0-9;]*m|\([\w.-]+ pid=\d+\)\s*|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d"
-    r"(?:\.\d+)?\s+\[[^\]]*\]\s?|\[\d{4}-\d\d-\d\d[^\]]*\]\s?)+"
-)
-# A dotted name, then ": message" or nothing. Its last part must hold an exception word after its first letter
-# (`_EXCEPTION_WORD`, searched apart): written as one pattern, `[A-Z]\w*(?:Error|...)\w*` backtracks quadratically
-# on a long line of words that repeat "Error" and end in punctuation (21 s for 32 KiB, and a log line has no bound).
-_EXCEPTION_LINE = re.compile(r"^(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s*(?P<message>.*))?$")
-_EXCEPTION_WORD = re.compile(r"Error|Exception|Exit|Interrupt|Failure|Fault|Dead|Timeout")
-_FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_SEE_ABOVE = re.compile(r"see (?:the )?root cause above|see (?:the )?(?:error|logs?) above", re.IGNORECASE)
-_PACKAGE_ROOT = re.compile(r"^.*/(?:site|dist)-packages/")
-
-
-def _strip_prefix(line: str) -> str:
-    return _LOG_PREFIXES.sub("", line.rstrip())
-
-
-def last_error(tail: str) -> str | None:
-    """The last Python exception line in a log tail ("ModuleNotFoundError: No module named 'uvicorn'"), or None.
-
-    An exception that only points elsewhere ("... See root cause above.") gives way to an earlier one; an exception
-    without a message (a bare `assert`) is named with the failing frame's file:line and code line, the only
-    place that says what failed."""
-    lines = [_strip_prefix(line) for line in tail.splitlines()]
-    found: list[tuple[int, str, str]] = []
-    for i, line in enumerate(lines):
-        match = _EXCEPTION_LINE.match(line)
-        if match and _EXCEPTION_WORD.search(match.group("name").rpartition(".")[2], 1):
-            found.append((i, match.group("name"), (match.group("message") or "").strip()))
-    if not found:
-        return None
-    chosen = next((f for f in reversed(found) if not _SEE_ABOVE.search(f[2])), found[-1])
-    i, name, message = chosen
-    if message:
-        return f"{name}: {message}"
-    for j in range(i - 1, -1, -1):
-        frame = _FRAME_LINE.match(lines[j])
-        if frame:
-            where = f"{_PACKAGE_ROOT.sub('', frame.group('file'))}:{frame.group('line')}"
-            code = lines[j + 1].strip() if j + 1 < i else ""
-            code = "" if _FRAME_LINE.match(code) or set(code) <= set("^~ ") else code
-            return f"{name} at {where}: {code}" if code else f"{name} at {where}"
-    return name
 
 
 def failure_reason(status: str, tail: str) -> str:

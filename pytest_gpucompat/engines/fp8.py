@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import EngineUnavailable
+from ..catalog.base import EngineUnavailable
 
 FP8_MIN_CAPABILITY = (8, 9)
 KEEP_HIGH_PRECISION = ("lm_head",)

@@ -8,14 +8,16 @@ PYTEST_DONT_REWRITE
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from . import engine_params, exception_line, normalize_dtype
-from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.loglines import exception_line
+from ..catalog.params import engine_params
+from ..catalog.registry import normalize_dtype
+from ..common.progress import quiet_progress_bars
 
 _DTYPES = ("float32", "bfloat16", "float16", "auto", "fp8")
 _OWN_PARAMS = {"dtype", "device", "attn_implementation", "pooling", "trust_remote_code", "seed"}
@@ -213,21 +215,3 @@ def _greedy(model: Any, ids: Any, max_tokens: int, top_n: int) -> list[Generatio
         step_input = chosen.unsqueeze(-1)
         attention = torch.cat([attention, torch.ones_like(step_input)], dim=-1)
     return [Generation(token_ids=tuple(tokens[b]), logprobs=tuple(tops[b])) for b in range(batch)]
-
-
-@contextlib.contextmanager
-def quiet_progress_bars() -> Iterator[None]:
-    """transformers draws progress bars for tiny loads and saves; keep test output readable, then restore."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        yield
-        return
-    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
-    if enabled and hasattr(hf_logging, "disable_progress_bar"):
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled and hasattr(hf_logging, "enable_progress_bar"):
-            hf_logging.enable_progress_bar()

@@ -30,8 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Unsupported, canonical_name
-from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.params import Unsupported
+from ..catalog.registry import canonical_name
 from .child import child_main
 from .failures import engine_failed, exit_status, failure_text, last_error, log_tail
 from .processes import ProcessGroup, kill_groups, log_note, new_log, open_log, process_group

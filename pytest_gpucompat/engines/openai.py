@@ -39,14 +39,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.loglines import exception_line
+from ..catalog.params import Unsupported, engine_params, engine_version, unit_vector, wants_embeddings
+from ..catalog.registry import descriptor, server_names
 from ..common.inputs import read_bytes
-from . import Unsupported, engine_params, engine_version, exception_line, unit_vector, wants_embeddings
-from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
 from .child import register_process_group, side_file
 from .deviations import harness_environment
 from .failures import engine_failed, exit_status
 from .processes import ProcessGroup, append_log, death_signal_preexec, kill_groups, process_group
-from .registry import descriptor, server_names
 from .servers import (
     COMMAND,
     cli_flags,

@@ -13,11 +13,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import create, exception_line, missing_module, runs_in_process
-from .base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.base import Engine, EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.loglines import exception_line
+from ..catalog.params import missing_module
+from ..catalog.registry import quiet_start, runs_in_process
+from . import create
 from .isolation import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, HEARTBEAT_S, IsolatedEngine, Progress
 from .processes import log_note, state_dir
-from .registry import quiet_start
 
 
 def _params_text(params: Mapping[str, Any]) -> str:

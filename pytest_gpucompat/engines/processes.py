@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..machine.procfs import start_time, stat_fields
+
 # --------------------------------------------------------------------------------------------------------------
 # The private state directory
 
@@ -147,24 +149,6 @@ class ProcessGroup:
 
     pgid: int
     start: int | None
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat after the command name: state, ppid, pgrp, ..., starttime at index 19."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None when it is gone or /proc cannot tell)."""
-    fields = stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
 
 
 def process_group(pid: int) -> ProcessGroup:

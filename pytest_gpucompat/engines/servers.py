@@ -1,4 +1,4 @@
-"""Command lines of OpenAI-compatible servers, built from each engine's `ServerCommand` (engines/registry.py), and
+"""Command lines of OpenAI-compatible servers, built from each engine's `ServerCommand` (catalog/registry.py), and
 the small network helpers the `openai` engine needs. Nothing is started here.
 
 PYTEST_DONT_REWRITE
@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import EngineFailed, EngineUnavailable
+from ..catalog.loglines import exception_line
+from ..catalog.registry import canonical_name, descriptor, server_names
 from ..common import jsontext
-from . import exception_line
-from .base import EngineFailed, EngineUnavailable
-from .registry import canonical_name, descriptor, server_names
 
 COMMAND = "command"
 """The `server` value for any other OpenAI-compatible server, started from `server_command`."""

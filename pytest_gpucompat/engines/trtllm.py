@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import EngineFailed, EngineSpec, Generation, RunInfo
+from ..catalog.loglines import exception_line
+from ..catalog.params import Unsupported, engine_params, import_failure, wants_embeddings
+from ..catalog.registry import normalize_dtype
 from ..common.inputs import read_json
-from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, wants_embeddings
-from .base import EngineFailed, EngineSpec, Generation, RunInfo
 from .deviations import harness_settings
 
 KV_CACHE_PARAMS: Mapping[str, str] = {

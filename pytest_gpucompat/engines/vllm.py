@@ -38,8 +38,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import Unsupported, engine_params, exception_line, import_failure, normalize_dtype, unit_vector, wants_embeddings
-from .base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.base import EngineFailed, EngineSpec, EngineUnavailable, Generation, RunInfo
+from ..catalog.loglines import exception_line
+from ..catalog.params import Unsupported, engine_params, import_failure, unit_vector, wants_embeddings
+from ..catalog.registry import normalize_dtype
 from .child import OwnLog
 from .deviations import dataclass_defaults, harness_environment, harness_settings
 

@@ -1,8 +1,8 @@
 """Compile once, then share: the first start of a configuration fills its compile caches, the others wait for it.
 
 Engines compile kernels at their first start (vLLM's torch.compile and CUDA-graph capture, Triton and JIT kernels)
-into caches on disk keyed by the configuration (``engines.compile_key``: engine, release, model, the settings that
-key its caches, as its descriptor's ``CompileCache`` says). When several workers sharing a GPU start the same
+into caches on disk keyed by the configuration (``catalog.params.compile_key``: engine, release, model, the settings
+that key its caches, as its descriptor's ``CompileCache`` says). When several workers sharing a GPU start the same
 configuration from empty caches at once, each compiles the same kernels, on CPU cores they share; with one start
 compiling and the others starting from what it wrote, they all start sooner.
 

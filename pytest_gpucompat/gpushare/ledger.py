@@ -31,7 +31,7 @@ from pathlib import Path
 from ..common import jsontext
 from ..common.files import PRIVATE_MODE, write_atomic
 from ..common.inputs import read_bytes
-from ..engines.processes import start_time
+from ..machine.procfs import start_time
 from .packing import Request, blocker, describe_requests, stalled
 
 LEDGER = "ledger.json"
@@ -72,7 +72,7 @@ def holder_alive(holder: str) -> bool:
 
 @dataclass(frozen=True)
 class FirstStart:
-    """A configuration's first start (its compile-cache key, ``engines.compile_key``): the worker that runs it
+    """A configuration's first start (its compile-cache key, ``catalog.params.compile_key``): the worker that runs it
     (``holder``, reclaimed when it dies before the caches are filled), what it starts, since when (wall clock), and
     whether it has finished (``filled``: later starts of the configuration wait for nobody)."""
 

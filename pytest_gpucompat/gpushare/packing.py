@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.registry import GpuMemory, default_dtype, descriptor, normalize_dtype
+from ..catalog.registry import GpuMemory, default_dtype, descriptor, normalize_dtype
 
 MAX_AUTO_WORKERS_PER_GPU = 4
 CORES_PER_WORKER = 4

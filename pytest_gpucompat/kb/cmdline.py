@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..catalog.registry import descriptor, descriptors
 from ..common.errors import InputError
 from ..common.versions import normalize_package, parse_version
-from ..engines.registry import descriptor, descriptors
 from ..machine.fingerprint import Fingerprint
 from .history import History, load_history, norm_flag
 

@@ -358,7 +358,7 @@ def _cached(engine: str, directory: str) -> History | None:
 
 def histories(engines: Sequence[str] | None = None) -> dict[str, History]:
     """The histories that exist, per engine registry name (every engine rules may name when not given)."""
-    from ..engines.registry import kb_engine_names
+    from ..catalog.registry import kb_engine_names
 
     out = {}
     for engine in engines if engines is not None else kb_engine_names():

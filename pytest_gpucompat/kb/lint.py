@@ -32,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..catalog.registry import descriptor, help_commands, normalize_dtype
 from ..common.textfit import fit
-from ..engines.registry import descriptor, help_commands, normalize_dtype
 from ..machine.stack import installed_packages
 from .history import History, histories, is_env_name, load_history, norm_flag
 from .schema import CONFIDENCES, FlagFact, Rule

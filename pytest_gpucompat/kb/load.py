@@ -18,11 +18,11 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
+from ..catalog.registry import kb_engine_names
 from ..common.errors import InputError
 from ..common.inputs import as_text, load_file, text_field
 from ..common.paths import matrices_dir
 from ..common.versions import norm_value, normalize_package, parse_specifier
-from ..engines.registry import kb_engine_names
 from .bounds import parse_bounds
 from .schema import (
     CONFIDENCES,

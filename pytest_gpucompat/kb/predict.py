@@ -377,7 +377,7 @@ def _load(source: str, stamp: Any) -> Selection:
 
 def engines_with_selection(directory: str | Path | None = None) -> list[str]:
     """The registered engines that have selection data."""
-    from ..engines.registry import kb_engine_names
+    from ..catalog.registry import kb_engine_names
 
     return [e for e in kb_engine_names() if selection_path(e, directory).is_file()]
 
@@ -392,7 +392,7 @@ def machine_settings(fp: Any, engine: str) -> list[Setting]:
     if not version:
         return []
     params = fp.params
-    from ..engines.registry import descriptor
+    from ..catalog.registry import descriptor
 
     found = descriptor(engine)
     prefixes = found.env_prefixes if found is not None else ()

@@ -13,9 +13,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..catalog.loglines import last_error
+from ..catalog.registry import descriptor, kb_engine_names
 from ..common.versions import normalize_package
-from ..engines.failures import last_error
-from ..engines.registry import descriptor, kb_engine_names
 from .failure_modes import FailureMode, classify
 from .regex_safety import MAX_UNBOUNDED_REPEATS
 from .signatures import Failure, compile_pattern

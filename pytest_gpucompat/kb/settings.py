@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from ..engines import HARNESS_PARAMS
+from ..catalog.params import HARNESS_PARAMS
 from .history import History, cached_history
 from .schema import Conditions, ParamCondition, Rule, Source
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..engines.registry import kb_engine_of
+from ..catalog.registry import kb_engine_of
 from .linear_regex import LinearPattern, PatternError, compile_linear, joined
 from .match import Facts, contradiction
 from .regex_safety import parse, risk

@@ -21,8 +21,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ..catalog.registry import normalize_dtype
 from ..common.versions import normalize_package
-from ..engines.registry import normalize_dtype
 from .bounds import BACKEND_ATTRS, Anchor, Fact
 from .history import History, norm_flag
 from .schema import Rule

@@ -1,6 +1,6 @@
 """The environment variables that change how an engine behaves, as the fingerprint records them (its `env`).
 
-Which ones: names that start with a registered engine's `env_prefixes` (engines/registry.py, the one list: VLLM_,
+Which ones: names that start with a registered engine's `env_prefixes` (catalog/registry.py, the one list: VLLM_,
 SGLANG_, SGL_, TRTLLM_, TLLM_, HF_, TRANSFORMERS_, ...) or with a prefix of the libraries under every engine
 (LIBRARY_ENV_PREFIXES: NCCL_, CUDA_, TORCH_). A name that looks like a credential (registry.SECRET_NAME: TOKEN, KEY,
 SECRET, PASSWORD, CREDENTIAL, AUTH) is kept with the value "<redacted>": that it was set can matter, its value must
@@ -15,9 +15,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..catalog.registry import SECRET_NAME, env_prefixes
 from ..common.errors import InputError
 from ..common.inputs import text_field
-from ..engines.registry import SECRET_NAME, env_prefixes
 
 #: Prefixes of the libraries every engine runs on; the engines' own prefixes come from their descriptors.
 LIBRARY_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "CUDA_", "TORCH_")

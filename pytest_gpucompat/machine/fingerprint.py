@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..catalog.registry import kb_engine_names
 from ..common.errors import InputError
 from ..common.inputs import bool_field, int_field, load_file, text_field
 from ..common.versions import is_version, normalize_package
-from ..engines.registry import kb_engine_names
 from .environment import engine_env, env_field
 from .installs import EngineInstall, engine_installs, installs_field
 from .stack import cuda_runtime_version, installed_packages

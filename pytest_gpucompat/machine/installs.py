@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalog.registry import canonical_name, descriptors, tracked_packages
 from ..common.errors import InputError
 from ..common.inputs import bool_field, text_field
 from ..common.installed import find, normalize, requirements
 from ..common.versions import is_version
-from ..engines.registry import canonical_name, descriptors, tracked_packages
 
 
 @dataclass(frozen=True)

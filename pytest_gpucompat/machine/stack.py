@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..catalog.registry import stack_packages, tracked_packages
 from ..common.inputs import read_bytes
 from ..common.installed import find
-from ..engines.registry import stack_packages, tracked_packages
 
 # Distributions whose versions matter for compatibility besides those the engines' descriptors declare (their
 # `packages` and `stack_packages`): what several engines share. Several names may stand for one.

@@ -3,7 +3,8 @@
 The public pieces are named in `__all__` and importable from here; the submodules are the implementation:
 
 * `record`: `CellRecord`, `FindingRecord`, the one definition of what a cell and a finding say (frozen data and
-  the JSON form); `payload`: what a worker attaches to a test's report and how the controller merges it;
+  the JSON form) (what a worker attaches to a test's report and how the controller merges it is
+  `session/payload.py`: this package knows nothing of pytest);
 * `model`: `Report` (and the records re-exported), `ReportError`;
 * `validate`: the checks `load_report` applies to what it reads; `io`: `load_report` and the atomic writes;
 * `html`, `markdown`, `junit`: renderers, each a function of a `Report` (`html_assets`: the page's CSS/JS;

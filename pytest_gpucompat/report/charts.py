@@ -234,7 +234,7 @@ def memory_chart(report: Report) -> str:
 def engine_label(cell: CellRecord, fingerprint: Mapping[str, Any]) -> str:
     """`vllm 0.26.0`, `hf (transformers 5.17.0)`: the engine and the version that ran (the cell's own record),
     else the version this runner's fingerprint had."""
-    from ..engines.registry import descriptor
+    from ..catalog.registry import descriptor
 
     engine = cell.engine or "no engine"
     packages = fingerprint.get("packages") or {}

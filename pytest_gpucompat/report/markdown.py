@@ -194,7 +194,7 @@ def kernel_packages() -> tuple[str, ...]:
     """The engines' kernel packages (some descriptor's `acceleration`) that a fingerprint records by version, in
     the fingerprint's order: named next to the runners table when a fingerprint has them. Asked of the registry, so
     a kernel a new engine declares is named too."""
-    from ..engines.registry import descriptors
+    from ..catalog.registry import descriptors
     from ..machine.stack import tracked_distributions
 
     kernels = {name for d in descriptors() for name in d.acceleration}

@@ -43,7 +43,7 @@ _UNFINISHED_EITHER = "did not finish: the run was interrupted or its worker died
 #: depends on them (`outputs.from_cell`): key -> the JSON types its value may have. Their readers take them from
 #: `CellRecord.extra`, so they are no fields; schema.json documents them beside the fields.
 CELL_EXTRA: Mapping[str, tuple[str, ...]] = {
-    "engine_info": ("object", "null"),  # what the engine said of its start (engines.base.RunInfo)
+    "engine_info": ("object", "null"),  # what the engine said of its start (catalog.base.RunInfo)
     "attention_prediction": ("object", "null"),  # the backend predicted beside the one reported (kb.predict_cells)
     "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES
     "outputs": ("object", "null"),  # the generations kept for golden and cross-runner checks (outputs.py)

@@ -65,7 +65,7 @@ def stack_summary(fingerprint: Mapping[str, Any]) -> str:
 def engine_versions(fingerprint: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Installed engine and torch versions: every registered engine's key that the fingerprint tracks (asked live;
     `openai`'s distribution, requests, is no engine version and is not tracked), in registration order, then torch."""
-    from ..engines.registry import descriptors
+    from ..catalog.registry import descriptors
     from ..machine.stack import tracked_distributions
 
     packages = fingerprint.get("packages") or {}

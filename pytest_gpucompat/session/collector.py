@@ -28,12 +28,12 @@ import pytest
 
 from ..common import jsontext
 from ..common.inputs import read_json
-from ..report import payload as cell_payload
-from ..report.lock import ReportLock
-from ..report.payload import CELL_KEY
 from ..report.record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
 from ..report.text import first_line
+from . import payload as cell_payload
 from .interrupt import received, signals_held
+from .lock import ReportLock
+from .payload import CELL_KEY
 
 if TYPE_CHECKING:
     from .state import RunState

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..catalog.base import Generation, RunInfo
 from ..checks import outputs
 from ..checks.golden import GoldenVerdict, judge
 from ..checks.golden_files import GoldenFile, Match, Recorded, load_golden_source, match_golden, record
 from ..common.errors import InputError
-from ..engines.base import Generation, RunInfo
 from ..workload.checkpoint import ModelIdentity, model_identity
 from ..workload.matrix import Cell
 from ..workload.prompts import PromptSet

@@ -45,7 +45,7 @@ from ..machine import fingerprint as fpmod
 from .xdist_support import WORKERS_PER_GPU, packing, workers_per_gpu
 
 if TYPE_CHECKING:
-    from ..engines.base import EngineSpec
+    from ..catalog.base import EngineSpec
     from ..engines.pool import EnginePool
 
 __all__ = ["GpuShare", "GpuWaitTimeout", "attach_pool", "begin", "configure_node", "note_units", "setup_worker",
@@ -226,7 +226,7 @@ class GpuShare:
 
     def first_start(self, spec: EngineSpec) -> AbstractContextManager[Callable[[], None]]:
         """Around a start: wait for another worker's first start of its configuration (FirstStarts.first)."""
-        from ..engines import compile_key
+        from ..catalog.params import compile_key
 
         model = os.path.basename(os.path.normpath(spec.model))
         params = spec.params if isinstance(spec.params, Mapping) else {}
@@ -237,7 +237,7 @@ class GpuShare:
         that has it) and the cell gives none: then its start measures nothing on the GPU, so it overlaps other
         workers' starts instead of waiting for a quiet GPU. Recorded as a harness deviation of the cell
         (``harness_set``), so a report says its cells ran so and why."""
-        from ..engines.registry import descriptor
+        from ..catalog.registry import descriptor
         from ..workload.checkpoint import weights_mib
 
         try:
@@ -284,7 +284,7 @@ class GpuShare:
                 need = self.need(spec)
                 entries.append(self.ledger.reserve(self.gpus, need.mib, f"{spec.engine} lives", self.budgets,
                                                    self.wait_s, self.make_room))
-            from ..engines.registry import quiet_start
+            from ..catalog.registry import quiet_start
 
             alone = any(quiet_start(spec.engine, spec.params) for spec in specs)
             with contextlib.ExitStack() as stack:
@@ -345,8 +345,8 @@ class GpuShare:
 def _release_has(engine: str, since: str | None) -> bool:
     """Whether the installed release of ``engine`` is ``since`` or later (no ``since``: any installed one); asked
     once per engine and worker, since every cell of a shared GPU asks."""
+    from ..catalog.params import engine_version
     from ..common.versions import parse_version
-    from ..engines import engine_version
 
     installed = engine_version(engine)
     if installed is None or since is None:
@@ -460,7 +460,7 @@ def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float 
 
 def _foreign(used: float, held: Mapping[int, float], listed: bool, members: Sequence[int], reserved: float) -> float:
     from ..checks.ownership import carries_token, descends_from
-    from ..engines.processes import stat_fields
+    from ..machine.procfs import stat_fields
 
     if not listed or (held and not any(stat_fields(pid) is not None for pid in held)):
         return max(0.0, used - reserved)

@@ -15,10 +15,10 @@ from ..kb import Decision, Finding, KnowledgeBase, evaluate_cell, load_kb
 from ..machine import fingerprint as fpmod
 from ..machine.fingerprint import Fingerprint
 from ..options import Settings
-from ..report import payload as cell_payload
-from ..report.payload import plain as plain  # where the fixtures have always found it
 from ..report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
 from ..workload.matrix import Cell
+from . import payload as cell_payload
+from .payload import plain as plain  # where the fixtures have always found it
 
 if TYPE_CHECKING:
     from .golden_run import GoldenRun
@@ -30,7 +30,7 @@ class CellState:
     one per collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every
     garbage collection walks.)
 
-    Live values only: what the report says of them, and under which keys, is the payload's (report/payload.py,
+    Live values only: what the report says of them, and under which keys, is the payload's (session/payload.py,
     keyed by the fields of report/record.py's ``CellRecord``)."""
 
     cell: Cell

@@ -20,7 +20,7 @@ from typing import Any
 from ..common.inputs import read_json
 from ..common.paths import cache_dir as _default_cache_root
 from ..common.paths import check_cache_entry
-from ..engines.hf import quiet_progress_bars
+from ..common.progress import quiet_progress_bars
 
 FORMAT_VERSION = 3
 """Bumped whenever the on-disk layout or the built models change, so old cache entries are not reused (3: the tiny

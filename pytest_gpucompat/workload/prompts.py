@@ -191,7 +191,7 @@ def load_tokenizer(model_dir: Path) -> Any:
     version reads the same ids), else whatever AutoTokenizer makes of the directory."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from ..engines.hf import quiet_progress_bars
+    from ..common.progress import quiet_progress_bars
 
     with quiet_progress_bars():
         if (model_dir / "tokenizer.json").is_file():

@@ -462,7 +462,7 @@ register(EngineDescriptor(
     gpu_memory=GpuMemory(("free_gpu_memory_fraction", "kv_cache_free_gpu_memory_fraction"), 0.2, weights=True,
                          overhead_mib=1024.0, measures_free_memory=True),
     harness_defaults={"free_gpu_memory_fraction": _TRTLLM_MEMORY},
-    server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (engines/contracts/)
+    server=ServerCommand(  # tensorrt_llm/commands/serve.py: click options with underscores (catalog/contracts/)
         argv=("serve", "{model}", "--host", "{host}", "--port", "{port}"),
         executable="trtllm-serve",
         flag_style="underscore",

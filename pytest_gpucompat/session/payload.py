@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from .record import CELL_KEYS, FindingRecord
+from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
     from ..kb.verdicts import Finding
