@@ -123,8 +123,8 @@ def test_a_kind_that_names_what_is_not_declared_is_refused() -> None:
 @pytest.fixture(scope="module")
 def started_hf(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     pytest.importorskip("transformers")
+    from pytest_gpucompat.catalog.base import EngineSpec
     from pytest_gpucompat.engines import create
-    from pytest_gpucompat.engines.base import EngineSpec
     from pytest_gpucompat.workload.models import build_tiny_model, fixed_prompts, model_vocab_size
 
     model = build_tiny_model("qwen2", tmp_path_factory.mktemp("models"))

@@ -14,7 +14,7 @@ from pytest_gpucompat.fixtures import timeout_kill_text
 
 ENGINES = """
 import os, time
-from pytest_gpucompat.engines.base import RunInfo
+from pytest_gpucompat.catalog.base import RunInfo
 
 class Slow:
     name = "slow"
