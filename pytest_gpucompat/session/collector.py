@@ -463,8 +463,8 @@ class _Settled:
         self.outcome: str = _OUTCOMES.get(record.outcome, record.outcome)
         self.findings: tuple[tuple[str, bool], ...] = _severities(record)
         # nothing the terminal summary lists: it only counts the cell
-        self.quiet = not (record.findings or record.rules or record.explained_by or record.log_tail) \
-            and record.outcome in _QUIET
+        self.quiet = not (record.findings or record.rules or record.explained_by or record.log_tail
+                          or record.reruns or record.extra.get("harness_state")) and record.outcome in _QUIET
 
 
 _QUIET = {o: MappingProxyType({"outcome": o, "findings": (), "rules": ()})
@@ -478,7 +478,7 @@ def _severities(record: Any) -> tuple[tuple[str, bool], ...]:
 
 def _summary_cell(cell: dict[str, Any] | _Settled) -> Mapping[str, Any]:
     """A cell as the terminal summary reads it: a quiet settled cell as a mapping of what the summary counts (one
-    per outcome), any other settled cell decoded."""
+    per outcome), any other settled cell (a finding, a log, a rerun to list) decoded."""
     if not isinstance(cell, _Settled):
         return cell
     return _QUIET[cell.outcome] if cell.quiet else json.loads(cell.line)
