@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import pytest_gpucompat
 
 PACKAGE = Path(pytest_gpucompat.__file__).resolve().parent
@@ -28,14 +30,14 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """The package modules ``name`` imports anywhere in its code, except under ``if TYPE_CHECKING:``."""
+def _imports(name: str, path: Path, type_checking: bool = False) -> set[str]:
+    """The package modules ``name`` imports anywhere in its code; under ``if TYPE_CHECKING:`` too when asked."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node):
             for child in node.orelse:
                 visit(child)
             return
@@ -97,8 +99,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_import_circle() -> None:
-    graph = {name: {m for m in _imports(name, path) if not name.startswith(m + ".")}  # a package's own parent
+@pytest.mark.parametrize("type_checking", [False, True], ids=["run-time", "with-type-checking-imports"])
+def test_no_import_circle(type_checking: bool) -> None:
+    """No two modules need each other, at run time nor for the type checker: a circle hidden behind
+    ``TYPE_CHECKING`` is still two modules that cannot be understood apart."""
+    graph = {name: {m for m in _imports(name, path, type_checking) if not name.startswith(m + ".")}  # own parent
              for name, path in MODULES.items()}
     assert _cycles(graph) == []
 

@@ -11,7 +11,8 @@ import pytest
 
 from pytest_gpucompat.cli import main
 from pytest_gpucompat.common.textfit import fit, shorten_middle
-from pytest_gpucompat.report.diff import diff_reports, format_diff
+from pytest_gpucompat.report.diff import diff_reports
+from pytest_gpucompat.report.diff_text import format_diff
 from pytest_gpucompat.report.io import load_report, write_report_atomic
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.thresholds import parse_fail_on

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_gpucompat import cli
-from pytest_gpucompat.report.diff import check_thresholds, diff_reports, format_diff, parse_threshold
+from pytest_gpucompat.report.diff import check_thresholds, diff_reports, parse_threshold
+from pytest_gpucompat.report.diff_text import format_diff
 from pytest_gpucompat.report.io import write_report_atomic
 from pytest_gpucompat.report.model import Report
 

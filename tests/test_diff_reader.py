@@ -15,8 +15,9 @@ import pytest
 
 from pytest_gpucompat.cli import main
 from pytest_gpucompat.report.cellnames import cell_names
-from pytest_gpucompat.report.diff import diff_reports, format_diff
+from pytest_gpucompat.report.diff import diff_reports
 from pytest_gpucompat.report.diff_markdown import github_annotations, render_diff_markdown
+from pytest_gpucompat.report.diff_text import format_diff
 from pytest_gpucompat.report.io import load_report, write_report_atomic
 from pytest_gpucompat.report.merge import merge_reports
 from pytest_gpucompat.report.model import CellRecord, Report

@@ -16,7 +16,8 @@ import pytest
 
 from pytest_gpucompat import __version__
 from pytest_gpucompat.report import cli
-from pytest_gpucompat.report.diff import diff_reports, format_diff, parse_threshold, stale_rules
+from pytest_gpucompat.report.diff import diff_reports, parse_threshold, stale_rules
+from pytest_gpucompat.report.diff_text import format_diff
 from pytest_gpucompat.report.html import render_html
 from pytest_gpucompat.report.io import load_report, write_report_atomic
 from pytest_gpucompat.report.junit import render_junit

@@ -36,7 +36,7 @@ _WHERE: dict[str, str] = {
     "render_junit": "junit",
     "merge_reports": "merge",
     "diff_reports": "diff",
-    "format_diff": "diff",
+    "format_diff": "diff_text",
     "parse_threshold": "diff",
     "DiffResult": "diff",
 }
@@ -59,7 +59,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs; at run time __getattr__ loads them
-    from .diff import DiffResult, diff_reports, format_diff, parse_threshold
+    from .diff import DiffResult, diff_reports, parse_threshold
+    from .diff_text import format_diff
     from .html import render_html
     from .io import load_report, write_report_atomic
     from .junit import render_junit

@@ -148,8 +148,9 @@ def cmd_diff(
     """
     import json
 
-    from .diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
+    from .diff import check_thresholds, diff_reports, missing_baseline_note
     from .diff_markdown import diff_json, github_annotations, render_diff_markdown
+    from .diff_text import format_diff
     from .io import load_report, write_text_atomic
     from .markdown import write_step_summary
     from .model import ReportError

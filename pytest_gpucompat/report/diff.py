@@ -41,12 +41,11 @@ from ..common.metrics import spread_name
 from . import cross
 from .cellnames import CellName, cell_names
 from .compare import CompareRow, cell_rows
-from .diff_text import format_diff
 from .envdiff import EnvChange, RunSide, environment_changes, run_side
 from .model import CellRecord, FindingRecord, Report
 from .thresholds import Threshold, check_thresholds, default_thresholds, known_metrics, parse_threshold
 
-__all__ = ["DiffResult", "Threshold", "check_thresholds", "diff_reports", "format_diff", "known_metrics",
+__all__ = ["DiffResult", "Threshold", "check_thresholds", "diff_reports", "known_metrics",
            "missing_baseline_note", "parse_threshold", "stale_rules"]
 
 GOOD = frozenset({"passed", "xpassed", "xfailed"})

@@ -399,7 +399,8 @@ class ReportCollector:
 
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
-        from ..report.diff import check_thresholds, diff_reports, format_diff, missing_baseline_note
+        from ..report.diff import check_thresholds, diff_reports, missing_baseline_note
+        from ..report.diff_text import format_diff
         from ..report.io import load_report
         from ..report.model import ReportError
         from ..report.thresholds import parse_fail_on, uses_defaults
