@@ -15,10 +15,10 @@ from pytest_gpucompat.report import cli
 from pytest_gpucompat.report.diff import (
     check_thresholds,
     diff_reports,
-    format_diff,
     missing_baseline_note,
     parse_threshold,
 )
+from pytest_gpucompat.report.diff_text import format_diff
 from pytest_gpucompat.report.io import write_report_atomic
 from pytest_gpucompat.report.model import Report
 
