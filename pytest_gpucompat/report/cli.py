@@ -148,29 +148,25 @@ def cmd_diff(
     """
     import json
 
-    from .diff import check_thresholds, diff_reports, missing_baseline_note
+    from .diff import missing_baseline_note
     from .diff_markdown import diff_json, github_annotations, render_diff_markdown
     from .diff_text import format_diff
+    from .gate import check_fail_on, gate
     from .io import load_report, write_text_atomic
     from .markdown import write_step_summary
     from .model import ReportError
-    from .thresholds import parse_fail_on, uses_defaults
 
     try:
-        thresholds, changed = parse_fail_on(fail_on or ())
+        check_fail_on(fail_on or ())  # a bad --fail-on is named before a missing baseline
     except ValueError as exc:
         return _error("diff", str(exc))
     if not os.path.lexists(baseline):
         return _error("diff", missing_baseline_note(os.fspath(baseline), os.fspath(current)))
     try:
-        old = load_report(baseline)
-        new = load_report(current)
-        check_thresholds(thresholds, old, new)
+        result = gate(load_report(baseline), load_report(current), fail_on or (), allow_missing=allow_missing,
+                      sources=(os.fspath(baseline), os.fspath(current)))
     except (ReportError, ValueError) as exc:
         return _error("diff", str(exc))
-    result = diff_reports(old, new, thresholds, allow_missing=allow_missing, fail_on_changed=changed,
-                          default_gate=uses_defaults(fail_on or ()),
-                          sources=(os.fspath(baseline), os.fspath(current)))
     md = render_diff_markdown(result) if markdown or os.environ.get("GITHUB_STEP_SUMMARY") else ""
     option = "--markdown"
     try:

@@ -399,26 +399,25 @@ class ReportCollector:
 
     def _compare(self, baseline: str) -> int:
         """Exit status of the comparison; a missing baseline is a first run: a note, and the run passes."""
-        from ..report.diff import check_thresholds, diff_reports, missing_baseline_note
+        from ..report.diff import missing_baseline_note
         from ..report.diff_text import format_diff
+        from ..report.gate import check_fail_on, gate
         from ..report.io import load_report
         from ..report.model import ReportError
-        from ..report.thresholds import parse_fail_on, uses_defaults
 
         current = self.build()
+        fail_on = self.state.settings.compare_fail
         try:
-            thresholds, changed = parse_fail_on(self.state.settings.compare_fail)
             base = load_report(baseline) if os.path.lexists(baseline) else None
-            check_thresholds(thresholds, *(r for r in (base, current) if r is not None))
+            if base is None:
+                check_fail_on(fail_on, current)
+                self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
+                return 0
+            result = gate(base, current, fail_on, allow_missing=self.state.settings.allow_missing,
+                          sources=(baseline, self.path))
         except (ReportError, ValueError) as exc:
             self.diff_text = f"gpucompat baseline: {exc}"
             return int(pytest.ExitCode.USAGE_ERROR)
-        if base is None:
-            self.diff_text = f"gpucompat baseline: {missing_baseline_note(baseline, self.path)}"
-            return 0
-        result = diff_reports(base, current, thresholds, allow_missing=self.state.settings.allow_missing,
-                              fail_on_changed=changed, default_gate=uses_defaults(self.state.settings.compare_fail),
-                              sources=(baseline, self.path))
         self.diff_text = format_diff(result)
         return 1 if result.regressed else 0
 
