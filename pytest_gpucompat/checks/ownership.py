@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..machine.procfs import start_time, stat_fields
+from ..machine.procfs import start_time, stat_fields, stat_int
 
 MIB = 1024 * 1024
 OWNER_ENV = "GPUCOMPAT_MEMORY_OWNER"
@@ -95,11 +95,7 @@ def _now_ticks() -> int | None:
 
 
 def _parent_pid(pid: int) -> int | None:
-    fields = stat_fields(pid)
-    try:
-        return int(fields[1]) if fields else None
-    except (IndexError, ValueError):
-        return None
+    return stat_int(pid, 1)
 
 
 def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:

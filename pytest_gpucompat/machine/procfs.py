@@ -16,10 +16,16 @@ def stat_fields(pid: int) -> list[str] | None:
         return None
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None when it is gone or /proc cannot tell)."""
+def stat_int(pid: int, index: int) -> int | None:
+    """One numeric field of ``stat_fields`` (1: the parent's pid, 19: the start time), or None when the process is
+    gone or /proc cannot tell."""
     fields = stat_fields(pid)
     try:
-        return int(fields[19]) if fields else None
+        return int(fields[index]) if fields else None
     except (IndexError, ValueError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None when it is gone or /proc cannot tell)."""
+    return stat_int(pid, 19)
