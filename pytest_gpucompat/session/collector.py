@@ -561,7 +561,7 @@ def _outcome(report: pytest.TestReport, payload: dict[str, Any] | None) -> tuple
         return ("passed", None) if report.when == "call" else (None, None)
     if str(report.longrepr).startswith("[XPASS(strict)]"):
         return "xpassed", str(report.longrepr)
-    failed = report.when == "call" or (payload is not None and cell_payload.engine_failed(payload))
+    failed = report.when == "call" or (payload is not None and cell_payload.is_engine_failure(payload))
     return ("failed" if failed else "error"), _failure_reason(report)
 
 

@@ -194,6 +194,6 @@ def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
             cell[key] = value
 
 
-def engine_failed(payload: Mapping[str, Any]) -> bool:
+def is_engine_failure(payload: Mapping[str, Any]) -> bool:
     """Whether the payload says the cell's engine failed (`ENGINE_FAILED`)."""
     return bool(payload.get(ENGINE_FAILED))
