@@ -20,7 +20,7 @@ from .failure_modes import FailureMode, classify
 from .regex_safety import MAX_UNBOUNDED_REPEATS
 from .signatures import Failure, compile_pattern
 
-MAX_LINE_CHARS = 160
+MAX_SIGNATURE_CHARS = 160
 """A signature is made from at most this much of the error line: enough to tell one failure from another."""
 _MAX_ID_CHARS = 64
 # What changes from one run of the same failure to the next: paths, ids, addresses, numbers.
@@ -54,11 +54,11 @@ def error_line(failure: Failure) -> str:
 
 def generalise(line: str) -> str:
     """A signature for ``line``: its text regex-escaped, with paths, ids, addresses and numbers generalised; cut at
-    ``MAX_LINE_CHARS`` and before more volatile parts than a signature may repeat."""
+    ``MAX_SIGNATURE_CHARS`` and before more volatile parts than a signature may repeat."""
     text = line.strip()
-    if len(text) > MAX_LINE_CHARS:
-        cut = text.rfind(" ", 0, MAX_LINE_CHARS)
-        text = text[: cut if cut > MAX_LINE_CHARS // 2 else MAX_LINE_CHARS]
+    if len(text) > MAX_SIGNATURE_CHARS:
+        cut = text.rfind(" ", 0, MAX_SIGNATURE_CHARS)
+        text = text[: cut if cut > MAX_SIGNATURE_CHARS // 2 else MAX_SIGNATURE_CHARS]
     out: list[str] = []
     position = repeats = 0
     for match in _VOLATILE.finditer(text):
@@ -88,7 +88,7 @@ def signature_of(failure: Failure) -> str | None:
         compile_pattern(signature, lambda fld, problem: ValueError(problem), "signature")
     except ValueError:
         first = _VOLATILE.search(line)
-        signature = _escape(line[: first.start() if first else MAX_LINE_CHARS].strip()[:MAX_LINE_CHARS])
+        signature = _escape(line[: first.start() if first else MAX_SIGNATURE_CHARS].strip()[:MAX_SIGNATURE_CHARS])
     return signature or None
 
 
