@@ -33,7 +33,7 @@ KINDS = ("flags", "env", "backends", "requires", "anchors", "stack")
 release build fact (CUDA, TensorRT, base container, driver floor) of an engine whose history is its release notes."""
 FORMAT = 1
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
-UNKNOWN: Mapping[str, Any] = {"unknown": True}
+UNREAD_RELEASE: Mapping[str, Any] = {"unknown": True}
 """What ``History.item`` returns for a release whose artifact could not be read: neither present nor absent."""
 
 
@@ -100,10 +100,10 @@ class History:
     # -- items
 
     def item(self, kind: str, name: str, index: int) -> Mapping[str, Any] | None:
-        """The attributes of ``name`` in release ``index``; None when that release does not have it; ``UNKNOWN``
+        """The attributes of ``name`` in release ``index``; None when that release does not have it; ``UNREAD_RELEASE``
         when the release could not be read."""
         if not self.releases[index].read:
-            return UNKNOWN
+            return UNREAD_RELEASE
         for first, last, attrs in self.runs.get(kind, {}).get(self.key(kind, name), ()):
             if first <= index <= last:
                 return attrs
