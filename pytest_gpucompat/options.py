@@ -45,7 +45,7 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def workers_per_gpu(text: str) -> int | str:
+def worker_count_or_auto(text: str) -> int | str:
     """``auto`` or a whole number of pytest-xdist workers per GPU, at least 1."""
     if str(text).strip().lower() == "auto":
         return "auto"
@@ -128,7 +128,7 @@ _OPTIONS = (
            help="the precision prompts as JSON lines ({\"text\": ...} or {\"messages\": [...]}), tokenized with each "
                 "model's own tokenizer; default: matrices/prompts.yaml for checkpoints, fixed token ids for tiny "
                 "built models"),
-    Option("workers-per-gpu", metavar="K|auto", type=workers_per_gpu, default=1,
+    Option("workers-per-gpu", metavar="K|auto", type=worker_count_or_auto, default=1,
            help="pytest-xdist workers that share each GPU (-n auto starts K per GPU; auto: up to 4, 4 CPU cores "
                 "each); an engine starts only once its GPU memory fits beside the others', a cell declared "
                 "exclusive runs alone; default 1: one worker per GPU, nothing shared"),
