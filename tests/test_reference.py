@@ -13,7 +13,7 @@ from pytest_gpucompat.workload.reference import (
     GPU_OVERHEAD_MIB,
     HOST_OVERHEAD_MIB,
     Choice,
-    Need,
+    ReferenceNeed,
     choose_for,
     choose_reference,
     estimate_need,
@@ -26,11 +26,11 @@ CONFIG_7B = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads"
              "intermediate_size": 18944, "vocab_size": 152064}
 
 
-def need(weights_f32_gib: float) -> Need:
+def need(weights_f32_gib: float) -> ReferenceNeed:
     """A need of that many GiB of float32 weights (half in bfloat16), with 1 GiB of activations."""
     w = weights_f32_gib * GIB
-    return Need(weights_mib={"float32": w, "bfloat16": w / 2}, activations_mib={"float32": GIB, "bfloat16": GIB / 2},
-                basis="test")
+    return ReferenceNeed(weights_mib={"float32": w, "bfloat16": w / 2},
+                         activations_mib={"float32": GIB, "bfloat16": GIB / 2}, basis="test")
 
 
 @pytest.mark.parametrize(("weights", "gpu", "host", "kind"), [
@@ -71,7 +71,8 @@ def test_the_choice_is_what_the_hf_engine_is_given() -> None:
 
 
 def test_an_unknown_size_runs_float32_where_it_always_did() -> None:
-    unknown = Need(weights_mib=None, activations_mib={"float32": 1.0, "bfloat16": 1.0}, basis="unknown parameters")
+    unknown = ReferenceNeed(weights_mib=None, activations_mib={"float32": 1.0, "bfloat16": 1.0},
+                            basis="unknown parameters")
     assert choose_reference(unknown, 1000.0, 1000.0).kind == "float32-gpu"
     assert choose_reference(unknown, None, 1000.0).kind == "float32-cpu"
     assert "cannot be told" in choose_reference(unknown, None, None).reason

@@ -35,7 +35,7 @@ _DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
-class Need:
+class ReferenceNeed:
     """MiB of weights and of activations a reference needs in each dtype; None where it cannot be told."""
 
     weights_mib: Mapping[str, float] | None
@@ -99,7 +99,7 @@ def _gib(mib: float) -> str:
 
 
 def estimate_need(params: int | None, config: Mapping[str, Any], prompt_lengths: Sequence[int], max_tokens: int,
-                  weights_basis: str = "safetensors headers") -> Need:
+                  weights_basis: str = "safetensors headers") -> ReferenceNeed:
     """Weights (``params`` x bytes per dtype) and activations of a greedy run over the prompts, all in one batch
     (the worst case): the KV cache of prompt + generated tokens, the prefill's logits over every position, its MLP
     and attention transients; times ACTIVATION_MARGIN. Pure."""
@@ -127,10 +127,10 @@ def estimate_need(params: int | None, config: Mapping[str, Any], prompt_lengths:
     weights = None if params is None else {d: params * DTYPE_BYTES[d] / MIB for d in _DTYPES}
     counted = "unknown parameters" if params is None else f"{params:,} parameters ({weights_basis})"
     basis = f"{counted}, {batch} prompts of at most {prompt} tokens + {max_tokens} generated"
-    return Need(weights_mib=weights, activations_mib=activations, basis=basis)
+    return ReferenceNeed(weights_mib=weights, activations_mib=activations, basis=basis)
 
 
-def choose_reference(need: Need, free_gpu: float | None, free_host: float | None) -> Choice:
+def choose_reference(need: ReferenceNeed, free_gpu: float | None, free_host: float | None) -> Choice:
     """The first reference that fits, in the order of KINDS. ``free_gpu``: MiB free on the GPU the reference would
     use (None: no GPU torch can use); ``free_host``: MiB of host memory available (None: unknown, taken as
     enough). A need that cannot be told runs float32 where it always did (GPU if any, else CPU), saying so. Pure."""
@@ -226,7 +226,7 @@ def _nvml_free_mib() -> float | None:
             return None
 
 
-def reference_need(model_dir: str | os.PathLike[str], prompt_lengths: Sequence[int], max_tokens: int) -> Need:
+def reference_need(model_dir: str | os.PathLike[str], prompt_lengths: Sequence[int], max_tokens: int) -> ReferenceNeed:
     """The need of a checkpoint's reference for these prompts, from its files (nothing loaded)."""
     from .checkpoint import parameter_estimate, read_config
 
@@ -244,7 +244,7 @@ ESTIMATE_MAX_TOKENS = 64
 
 
 def choose_for(model_dir: str | os.PathLike[str], prompt_lengths: Sequence[int],
-               max_tokens: int = ESTIMATE_MAX_TOKENS) -> tuple[Choice, Need]:
+               max_tokens: int = ESTIMATE_MAX_TOKENS) -> tuple[Choice, ReferenceNeed]:
     """The reference this runner can afford for a checkpoint and its prompts, measured now, and the estimate."""
     need = reference_need(model_dir, prompt_lengths, max_tokens)
     return choose_reference(need, free_gpu_mib(), free_host_mib()), need
