@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-METRICS = ("host_rss_mib", "torch_allocated_mib", "torch_reserved_mib", "nvml_process_mib", "nvml_device_used_mib",
-           "nvml_others_mib", "started_processes", "started_rss_mib")
+MEMORY_METRICS = ("host_rss_mib", "torch_allocated_mib", "torch_reserved_mib", "nvml_process_mib",
+                  "nvml_device_used_mib", "nvml_others_mib", "started_processes", "started_rss_mib")
 
 #: The signals a leak is judged on, each with what it catches (the failure message names the one that fired).
 JUDGED: dict[str, str] = {
@@ -117,8 +117,8 @@ def leak_verdict(
     `samples` are MemorySample-like (a `cycle` and the metric as attributes). Needs at least 3 usable samples
     after warm-up; fewer gives leaked=False with a message saying so.
     """
-    if metric not in METRICS:
-        raise ValueError(f"unknown memory metric {metric!r}; known: {', '.join(METRICS)}")
+    if metric not in MEMORY_METRICS:
+        raise ValueError(f"unknown memory metric {metric!r}; known: {', '.join(MEMORY_METRICS)}")
     threshold = DEFAULT_THRESHOLD_MIB_PER_CYCLE[metric] if threshold_mib_per_cycle is None else threshold_mib_per_cycle
     ordered = sorted(samples, key=lambda s: s.cycle)
     usable = [(float(s.cycle), float(v)) for s in ordered[max(0, warmup):]
