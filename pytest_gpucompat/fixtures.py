@@ -50,9 +50,9 @@ def run_state(config: pytest.Config) -> RunState | None:
     return state_of(config)
 
 
-def plain(value: Any) -> Any:
-    """Only JSON types (``session.payload.plain``): what a cell notes travels to the report writer."""
-    from .session.payload import plain as only_json
+def json_safe(value: Any) -> Any:
+    """Only JSON types (``session.payload.json_safe``): what a cell notes travels to the report writer."""
+    from .session.payload import json_safe as only_json
 
     return only_json(value)
 
@@ -290,7 +290,7 @@ def _note_prediction(request: pytest.FixtureRequest, cs: CellState | None, spec:
                             info.version if info is not None else None, log_tail=log_tail)
     if entry is None:
         return
-    cs.notes["attention_prediction"] = plain(entry)
+    cs.notes["attention_prediction"] = json_safe(entry)
     finding = differs_finding(entry, spec.engine)
     if finding is not None:
         cs.flagged = (*cs.flagged, finding)
@@ -313,7 +313,7 @@ def _settle_deviations(cs: CellState, info: RunInfo) -> None:
     from .engines.deviations import Deviation, settle
 
     found = tuple(Deviation(d["name"], d["value"], d["by"], d.get("why")) for d in cs.notes["deviations"])
-    cs.notes["deviations"] = plain([d.to_dict() for d in settle(found, defaults)])
+    cs.notes["deviations"] = json_safe([d.to_dict() for d in settle(found, defaults)])
 
 
 def start_engine(
@@ -360,7 +360,7 @@ def start_engine(
     _add_engine_time(cs, time.perf_counter() - t0, part)  # near 0 when the pool already had it started
     if cs is not None and record:
         _settle_deviations(cs, info)
-        cs.info.update(plain({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
+        cs.info.update(json_safe({k: v for k, v in dataclasses.asdict(info).items() if v not in (None, {}, "")}))
         _note_prediction(request, cs, spec, info, None)
         if info.start_s is not None:
             cs.metrics["start_s"] = float(info.start_s)
@@ -434,7 +434,7 @@ def note(request: pytest.FixtureRequest, key: str, value: Any) -> None:
     """Put ``key`` into the cell in the report (what it was asked, which reference, the golden check)."""
     cs = _cell_state(request)
     if cs is not None:
-        cs.notes[key] = plain(value)
+        cs.notes[key] = json_safe(value)
 
 
 _prompt_sets = pytest.StashKey[dict[str, Any]]()

@@ -61,14 +61,14 @@ that the collector, which reads the payloads of an item stopped in its setup and
 depends on the report package alone."""
 
 
-def plain(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Only JSON types: pytest-xdist's channel refuses anything else (torch's TorchVersion, a Path, a dtype)."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -79,19 +79,19 @@ def plain(value: Any) -> Any:
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
-def _is_plain(value: Any) -> bool:
-    """Whether `plain` would give the value back as it is: JSON types exactly, string keys. A cell's engine and
+def _is_json_safe(value: Any) -> bool:
+    """Whether `json_safe` would give the value back as it is: JSON types exactly, string keys. A cell's engine and
     parameters nearly always are, and checking them takes a fraction of the time that copying them does."""
     kind = type(value)
     if kind in _ATOMS:
         return True
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str or (type(item) not in _ATOMS and not _is_plain(item)):
+            if type(key) is not str or (type(item) not in _ATOMS and not _is_json_safe(item)):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(type(item) in _ATOMS or _is_plain(item) for item in value)
+        return all(type(item) in _ATOMS or _is_json_safe(item) for item in value)
     return False
 
 
@@ -102,15 +102,15 @@ def fixed_part(cs: LiveCell) -> dict[str, Any]:
 
 
 def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
-    """`fixed_part`, and whether all of it is plain already (`_is_plain`)."""
+    """`fixed_part`, and whether all of it is JSON-safe already (`_is_json_safe`)."""
     cell = cs.cell.to_dict()
-    ready = _is_plain(cell)
+    ready = _is_json_safe(cell)
     fixed = {
-        **(cell if ready else plain(cell)),
+        **(cell if ready else json_safe(cell)),
         "rules": [f.id for f in cs.findings],
         "findings": [FindingRecord.from_finding(f).to_dict() for f in (*cs.findings, *cs.flagged)],
     }
-    return fixed, ready and (not fixed["findings"] or _is_plain(fixed))
+    return fixed, ready and (not fixed["findings"] or _is_json_safe(fixed))
 
 
 def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def build(cs: LiveCell, runner: str | None) -> dict[str, Any]:
 
 def fixed_text(cs: LiveCell) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
-    it is plain already, json's shared encoder writes the same text as one made with ``default=str``, which json
+    it is JSON-safe already, json's shared encoder writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
     fixed, ready = _fixed_part(cs)
     return (json.dumps(fixed) if ready else json.dumps(fixed, default=str))[1:-1]

@@ -18,7 +18,7 @@ from ..options import Settings
 from ..report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
 from ..workload.matrix import Cell
 from . import payload as cell_payload
-from .payload import plain as plain  # where the fixtures have always found it
+from .payload import json_safe as json_safe  # where the fixtures have always found it
 
 if TYPE_CHECKING:
     from .golden_run import GoldenRun
