@@ -310,10 +310,10 @@ def _settle_deviations(cs: CellState, info: RunInfo) -> None:
     defaults = info.extra.get("engine_defaults") if isinstance(info.extra, Mapping) else None
     if not isinstance(defaults, Mapping) or not defaults or "deviations" not in cs.notes:
         return
-    from .engines.deviations import Deviation, settle
+    from .engines.deviations import Deviation, apply_engine_defaults
 
     found = tuple(Deviation(d["name"], d["value"], d["by"], d.get("why")) for d in cs.notes["deviations"])
-    cs.notes["deviations"] = json_safe([d.to_dict() for d in settle(found, defaults)])
+    cs.notes["deviations"] = json_safe([d.to_dict() for d in apply_engine_defaults(found, defaults)])
 
 
 def start_engine(

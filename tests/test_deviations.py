@@ -15,7 +15,13 @@ import pytest
 from pytest_gpucompat.catalog import registry
 from pytest_gpucompat.catalog.base import EngineFailed, EngineSpec
 from pytest_gpucompat.engines import create
-from pytest_gpucompat.engines.deviations import Deviation, deviations, harness_environment, harness_settings, settle
+from pytest_gpucompat.engines.deviations import (
+    Deviation,
+    apply_engine_defaults,
+    deviations,
+    harness_environment,
+    harness_settings,
+)
 from pytest_gpucompat.report.model import CellRecord, deviation_groups
 from pytest_gpucompat.report.validate import InvalidField, check_report_dict
 
@@ -119,7 +125,7 @@ def test_declared_environment_is_recorded_and_never_overrides(monkeypatch: pytes
 def test_settle_keeps_the_engines_default_and_drops_equal_settings() -> None:
     found = (Deviation("seed", 0, "harness", "fixed"), Deviation("enforce_eager", True, "cell"),
              Deviation("gpu_memory_utilization", 0.2, "harness", "room"), Deviation("block_size", 16, "cell"))
-    settled = settle(found, {"seed": 0, "enforce_eager": False, "gpu_memory_utilization": 0.9})
+    settled = apply_engine_defaults(found, {"seed": 0, "enforce_eager": False, "gpu_memory_utilization": 0.9})
     assert [d.to_dict() for d in settled] == [
         {"name": "enforce_eager", "value": True, "by": "cell", "engine_default": False},
         {"name": "gpu_memory_utilization", "value": 0.2, "by": "harness", "why": "room", "engine_default": 0.9},

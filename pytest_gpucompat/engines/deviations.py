@@ -12,7 +12,7 @@ defaults:
 Settings the harness needs to drive an engine but that change nothing it computes (how prompts are passed, where
 its log goes) are not engine settings and never appear. Where the adapter can read the engine's own default for a
 setting (vLLM's EngineArgs, SGLang's ServerArgs), it is kept as ``engine_default`` and a setting equal to it is no
-deviation (``settle``).
+deviation (``apply_engine_defaults``).
 
 Pure functions over the engine registry: the cell's record is made before its engine starts, so a cell that fails
 at start still says what it was started with.
@@ -32,7 +32,8 @@ from ..catalog.params import HARNESS_PARAMS
 from ..catalog.registry import HarnessDefault, descriptor
 from ..common.versions import norm_value
 
-__all__ = ["Deviation", "dataclass_defaults", "deviations", "harness_environment", "harness_settings", "settle"]
+__all__ = ["Deviation", "apply_engine_defaults", "dataclass_defaults", "deviations", "harness_environment",
+           "harness_settings"]
 
 _NOT_SETTINGS = HARNESS_PARAMS | frozenset({"server", "endpoint", "flavor", "model_name", "host", "server_command",
                                             "log_path", "api_key", "extra_body", "startup_timeout_s",
@@ -122,7 +123,7 @@ def deviations(engine: str, params: Mapping[str, Any],
     return tuple(out)
 
 
-def settle(found: tuple[Deviation, ...], engine_defaults: Mapping[str, Any]) -> tuple[Deviation, ...]:
+def apply_engine_defaults(found: tuple[Deviation, ...], engine_defaults: Mapping[str, Any]) -> tuple[Deviation, ...]:
     """The deviations with the engine's own defaults filled in where the adapter read them; a setting equal to the
     engine's default is not a deviation and is dropped."""
     out = []
