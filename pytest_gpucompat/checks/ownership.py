@@ -2,9 +2,10 @@
 
 A leak is only ours when a process we started holds it. Engines start workers, schedulers and servers; a helper
 left running may be re-parented to PID 1 (or call setsid), so descent alone loses it. An owner token in the
-environment survives both: every process started below an `owner_scope` inherits it, and /proc/PID/environ says
-so later. Processes that existed before the test, or that carry no token and descend from nothing of ours, are
-other tenants of the GPU (another xdist worker, a neighbour job): reported, never blamed.
+environment survives both: every process started below an `owner_scope` inherits it, and its environment says so
+later (the process table is asked through ``machine.procfs``). Processes that existed before the test, or that carry
+no token and descend from nothing of ours, are other tenants of the GPU (another xdist worker, a neighbour job):
+reported, never blamed.
 
 PYTEST_DONT_REWRITE
 """
@@ -18,11 +19,23 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..machine.procfs import start_time, stat_fields, stat_int
+from ..machine.procfs import (
+    command_text,
+    descendants,
+    environ,
+    exists,
+    is_zombie,
+    now_ticks,
+    opens_under,
+    parent_pid,
+    pids,
+    real_uid,
+    rss_bytes,
+    start_time,
+)
 
 MIB = 1024 * 1024
 OWNER_ENV = "GPUCOMPAT_MEMORY_OWNER"
-_ENVIRON_LIMIT = 1 << 20  # an environment larger than this is not read to its end
 
 Owner = Literal["ours", "before", "other", "unknown"]
 
@@ -71,7 +84,7 @@ def owner_scope() -> Iterator[Scope]:
     os.environ[OWNER_ENV] = token
     pid = os.getpid()
     try:
-        yield Scope(token, pid, _now_ticks())
+        yield Scope(token, pid, now_ticks())
     finally:
         if previous is None:
             os.environ.pop(OWNER_ENV, None)
@@ -85,51 +98,21 @@ def current_scope() -> Scope | None:
     return None if not token else Scope(token, os.getpid(), None)
 
 
-def _now_ticks() -> int | None:
-    """Now, in the clock ticks since boot that /proc/PID/stat's start time uses."""
-    try:
-        with open("/proc/uptime", encoding="ascii") as fh:
-            return int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _parent_pid(pid: int) -> int | None:
-    return stat_int(pid, 1)
-
-
 def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
-    """Whether `pid` is `ancestor` or one of its descendants (Linux /proc; elsewhere only `pid == ancestor`)."""
+    """Whether `pid` is `ancestor` or one of its descendants, walking up the parent links."""
     for _ in range(max_depth):
         if pid == ancestor:
             return True
-        parent = _parent_pid(pid)
+        parent = parent_pid(pid)
         if parent is None or parent in (0, pid):
             return False
         pid = parent
     return False
 
 
-def status_field(pid: int | str, key: str) -> str | None:
-    """The first value of the ``key:`` line of /proc/PID/status (``pid`` may be "self"), the one reader of that
-    file; None when the process is gone, /proc cannot tell or the line is not there."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith(f"{key}:"):
-                    return line.split()[1]
-    except (OSError, IndexError):
-        return None
-    return None
-
-
 def process_uid(pid: int) -> int | None:
-    """The real user id of a process (/proc/PID/status), None when it is gone or /proc cannot tell."""
-    value = status_field(pid, "Uid")
-    try:
-        return None if value is None else int(value)
-    except ValueError:
-        return None
+    """The real user id of a process, None when it is gone or cannot be read."""
+    return real_uid(pid)
 
 
 def carries_token(pid: int, token: str, name: str = OWNER_ENV) -> bool:
@@ -138,49 +121,27 @@ def carries_token(pid: int, token: str, name: str = OWNER_ENV) -> bool:
     every process's environment is readable, and a token someone learned could be copied into one)."""
     if not token or process_uid(pid) != os.getuid():
         return False
-    needle = f"{name}={token}".encode()
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return needle in fh.read(_ENVIRON_LIMIT).split(b"\0")
-    except OSError:
-        return False
+    found = environ(pid)
+    return found is not None and found.get(name) == token
 
 
 def command_line(pid: int, limit: int = 160) -> str:
-    """The process's command line, shortened; its name from /proc/PID/comm when the line is unreadable."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            text = fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        if not text:
-            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-                text = f"[{fh.read().strip()}]"
-    except OSError:
+    """The process's command line, shortened; ``[name]`` when it has none; ``?`` when it cannot be read."""
+    text = command_text(pid)
+    if text is None:
         return "?"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def is_zombie(pid: int) -> bool:
-    fields = stat_fields(pid)
-    return bool(fields and fields[0] in ("Z", "X"))
-
-
 def uses_gpu(pid: int) -> bool | None:
     """Whether the process has an NVIDIA device open; None when its descriptors cannot be read (another user)."""
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    for name in names:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/dev/nvidia"):
-                return True
-    return False
+    return opens_under(pid, "/dev/nvidia")
 
 
 def owner_of(pid: int, scope: Scope) -> Owner:
-    """Ours (started under the scope), before (already running when it began), other, or unknown: not in /proc,
+    """Ours (started under the scope), before (already running when it began), other, or unknown: not in the table,
     or a process there that has no GPU open, so NVML's number is a PID of another namespace (containers)."""
-    if stat_fields(pid) is None:
+    if not exists(pid):
         return "unknown"
     if carries_token(pid, scope.token) or (descends_from(pid, scope.root) and _started_since(pid, scope.since)):
         return "ours"
@@ -194,34 +155,29 @@ def owner_of(pid: int, scope: Scope) -> Owner:
 
 def owned_pids(scope: Scope) -> list[int]:
     """Live (not zombie) processes of the scope other than its root: what the test started and is still running."""
+    below = descendants(scope.root)
     found = []
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    for pid in pids():
         if pid == scope.root or is_zombie(pid):
             continue
-        if carries_token(pid, scope.token) or (descends_from(pid, scope.root) and _started_since(pid, scope.since)):
+        descends = pid in below if below is not None else descends_from(pid, scope.root)
+        if carries_token(pid, scope.token) or (descends and _started_since(pid, scope.since)):
             found.append(pid)
     return sorted(found)
 
 
 def _started_since(pid: int, since: int | None) -> bool:
-    """Whether ``pid`` started at or after ``since`` (clock ticks since boot; one tick of slack for the rounding of
-    /proc/uptime): a child the root started before the scope (multiprocessing's resource tracker, say) was not
+    """Whether ``pid`` started at or after ``since`` (clock ticks since boot; one tick of slack for now's rounding
+    to whole ticks): a child the root started before the scope (multiprocessing's resource tracker, say) was not
     started by the test. Unknown either way: counted, as before the scope could tell."""
     started = start_time(pid) if since is not None else None
     return started is None or since is None or started >= since - 1
 
 
 def rss_mib(pid: int | str) -> float | None:
-    """Resident set size of a process in MiB (VmRSS, kB in /proc/PID/status; ``pid`` may be "self"); None when
-    it is gone or /proc cannot tell."""
-    value = status_field(pid, "VmRSS")
-    try:
-        return None if value is None else float(value) / 1024.0
-    except ValueError:
-        return None
+    """Resident set size of a process in MiB (``pid`` may be "self"); None when it is gone or cannot be read."""
+    rss = rss_bytes(pid)
+    return None if rss is None else rss / MIB
 
 
 def nvml_index(device_index: int) -> int:

@@ -1,4 +1,4 @@
-"""Processes we start, and only those: process groups checked against their leader's /proc start time before every
+"""Processes we start, and only those: process groups checked against their leader's start time before every
 signal, the one group killer, the parent-death signal for what we spawn, and this process's private state
 directory (0700, ours, removed at exit but for the logs of engines that failed).
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..machine.procfs import start_time, stat_fields
+from ..machine.procfs import group_has_live_member, start_time
 
 # --------------------------------------------------------------------------------------------------------------
 # The private state directory
@@ -161,13 +161,8 @@ def is_ours(group: ProcessGroup) -> bool:
     kernel while members of its group live, so its group is still the one we started."""
     if group.pgid <= 1:
         return False
-    fields = stat_fields(group.pgid)
-    if fields is None:
-        return True
-    try:
-        return group.start is not None and int(fields[19]) == group.start
-    except (IndexError, ValueError):
-        return False
+    started = start_time(group.pgid)
+    return started is None or (group.start is not None and started == group.start)
 
 
 def signal_group(group: ProcessGroup, sig: int) -> None:
@@ -177,26 +172,13 @@ def signal_group(group: ProcessGroup, sig: int) -> None:
             os.killpg(group.pgid, sig)
 
 
-def _group_has_live_member(pgid: int) -> bool:
-    """Scan /proc for a non-zombie member of process group `pgid` (True when /proc cannot tell)."""
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return True
-    for entry in entries:
-        fields = stat_fields(int(entry))
-        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
 def group_alive(group: ProcessGroup) -> bool:
     """True while a process of the group still runs; zombies (unreaped by a container's PID 1) do not count."""
     try:
         os.killpg(group.pgid, 0)
     except (ProcessLookupError, PermissionError, OSError):
         return False
-    return _group_has_live_member(group.pgid)
+    return group_has_live_member(group.pgid)
 
 
 def kill_groups(groups: Iterable[ProcessGroup], grace_s: float = 2.0,

@@ -460,9 +460,9 @@ def foreign_mib(gpu: str, members: Sequence[int], reserved_mib: float) -> float 
 
 def _foreign(used: float, held: Mapping[int, float], listed: bool, members: Sequence[int], reserved: float) -> float:
     from ..checks.ownership import carries_token, descends_from
-    from ..machine.procfs import stat_fields
+    from ..machine.procfs import exists
 
-    if not listed or (held and not any(stat_fields(pid) is not None for pid in held)):
+    if not listed or (held and not any(exists(pid) for pid in held)):
         return max(0.0, used - reserved)
     token = os.environ.get(RUN_ENV, "")
     ours = sum(mib for pid, mib in held.items()
