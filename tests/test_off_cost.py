@@ -75,6 +75,18 @@ def test_off_imports_the_entry_points_only(tmp_path: Path) -> None:
         assert seen["rewritten"] == [] and seen["run_hooks"] is False
 
 
+def test_off_imports_no_process_library(tmp_path: Path) -> None:
+    """psutil (the process table: trees, start times) is the run's process checks' alone: a run without
+    ``--gpucompat`` never loads it."""
+    (tmp_path / "test_a.py").write_text(SUITE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text("import sys\n\n\ndef pytest_unconfigure(config):\n"
+                                          "    open('psutil-seen.txt', 'w').write(str('psutil' in sys.modules))\n")
+    proc, _ = _run(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (tmp_path / "psutil-seen.txt").read_text() == "False"
+
+
 @pytest.mark.parametrize("how", ["option", "ini"])
 def test_on_loads_the_run_and_rewrites_nothing(tmp_path: Path, how: str) -> None:
     (tmp_path / "test_a.py").write_text(SUITE)
