@@ -77,10 +77,9 @@ def test_a_zombie_is_there_and_named_but_holds_nothing() -> None:
     try:
         assert procfs.exists(proc.pid) and procfs.is_zombie(proc.pid)
         assert procfs.start_time(proc.pid) == int(_stat(proc.pid)[19])
-        with pytest.raises(psutil.ZombieProcess):  # psutil has no command line for it ...
-            psutil.Process(proc.pid).cmdline()
+        # psutil has no command line for it (ZombieProcess; an empty one before 6.0): it is named as /proc names it
         comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
-        assert ownership.command_line(proc.pid) == f"[{comm}]"  # ... so it is named as /proc names it
+        assert ownership.command_line(proc.pid) == f"[{comm}]"
         assert ownership.rss_mib(proc.pid) is None  # VmRSS: a zombie has no memory of its own
         assert not ownership.carries_token(proc.pid, os.environ.get(ownership.OWNER_ENV, "x"))
         group = process_group(proc.pid)
