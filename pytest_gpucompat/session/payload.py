@@ -17,8 +17,6 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-import pytest
-
 from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
@@ -41,8 +39,10 @@ _ADDED = frozenset({"metrics", "series"})  # a later phase adds figures to those
 _LISTED = frozenset({"rules", "findings"})  # each payload has all of them so far
 
 
-class LiveCell(Protocol):
-    """What a worker knows of a cell while it runs (``state.CellState``): the values the payload is built from."""
+class PayloadSource(Protocol):
+    """What the payload is built from: the values a worker knows of a cell while it runs (``state.CellState``, the
+    one type that has them). A protocol rather than that class, which builds its payloads here: this module needs
+    nothing of state.py, so the two are no circle."""
 
     cell: Cell
     findings: tuple[Finding, ...]
@@ -53,12 +53,6 @@ class LiveCell(Protocol):
     notes: dict[str, Any]  # fields of the record by their names, and the cell's other keys
     log_tail: str | None
     engine_failed: bool
-
-
-CELL_KEY: pytest.StashKey[LiveCell] = pytest.StashKey()
-"""Where a collected item keeps its live cell (``state.cell_key``, the same key typed as ``CellState``): here so
-that the collector, which reads the payloads of an item stopped in its setup and of a worker's collected cells,
-depends on the report package alone."""
 
 
 def json_safe(value: Any) -> Any:
@@ -95,13 +89,13 @@ def _is_json_safe(value: Any) -> bool:
     return False
 
 
-def fixed_part(cs: LiveCell) -> dict[str, Any]:
+def fixed_part(cs: PayloadSource) -> dict[str, Any]:
     """The part of the payload that changes only with the cell's findings: the cell and every finding so far, so
     that the last payload the report writer sees has them all."""
     return _fixed_part(cs)[0]
 
 
-def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
+def _fixed_part(cs: PayloadSource) -> tuple[dict[str, Any], bool]:
     """`fixed_part`, and whether all of it is JSON-safe already (`_is_json_safe`)."""
     cell = cs.cell.to_dict()
     ready = _is_json_safe(cell)
@@ -113,7 +107,7 @@ def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
     return fixed, ready and (not fixed["findings"] or _is_json_safe(fixed))
 
 
-def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     """The part measured and noted while the cell runs. The engine's info and the worker's GPUs are keys of the
     record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
@@ -124,13 +118,13 @@ def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
 
 
-def build(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+def build(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     """The whole payload as a dict: what a worker leaves of its collected cells (``collector.share_cells``) and what
     the controller takes of a cell stopped in its setup."""
     return {**fixed_part(cs), **live_part(cs, runner)}
 
 
-def fixed_text(cs: LiveCell) -> str:
+def fixed_text(cs: PayloadSource) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
     it is JSON-safe already, json's shared encoder writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
@@ -143,7 +137,7 @@ _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 CUDA_VISIBLE_DEVICES): made once rather than per phase."""
 
 
-def live_text(cs: LiveCell, runner: str | None) -> str:
+def live_text(cs: PayloadSource, runner: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
@@ -152,7 +146,7 @@ def live_text(cs: LiveCell, runner: str | None) -> str:
     return json.dumps(live_part(cs, runner), default=str)[1:]
 
 
-def text(fixed: str, cs: LiveCell, runner: str | None) -> str:
+def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
     """The payload as JSON text, from `fixed_text` and the live values (`join`).
 
     Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the garbage

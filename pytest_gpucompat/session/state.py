@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -76,7 +76,10 @@ class CellState:
         return None if unchanged else cell_payload.join(fixed[2], live)
 
 
-cell_key = cast("pytest.StashKey[CellState]", cell_payload.CELL_KEY)  # the collector's key, typed for the plugin
+cell_key = pytest.StashKey[CellState]()
+"""Where a collected item keeps its `CellState` (the one key, under this one name): set at collection (plugin.py),
+read by the fixtures, each phase's report and the collector (a cell stopped in its setup, a worker's collected
+cells)."""
 
 
 @dataclass
