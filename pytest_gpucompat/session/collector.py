@@ -33,7 +33,7 @@ from ..report.text import first_line
 from . import payload as cell_payload
 from .interrupt import received, signals_held
 from .lock import ReportLock
-from .state import cell_key
+from .state import live_cell_key
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -94,7 +94,7 @@ class ReportCollector:
             self._crashed(report, crash)
         else:
             sent = None
-            for key, value in report.user_properties:  # most reports carry none (state.CellState.payload_for)
+            for key, value in report.user_properties:  # most reports carry none (state.LiveCell.payload_for)
                 if key == "gpucompat":
                     sent = value
                     break
@@ -279,7 +279,7 @@ class ReportCollector:
         it is put in the report from what was collected, as interrupted, rather than left out."""
         self.interrupted = True
         item, self._in_setup = self._in_setup, None
-        cs = item.stash.get(cell_key, None) if item is not None and item.nodeid not in self.cells else None
+        cs = item.stash.get(live_cell_key, None) if item is not None and item.nodeid not in self.cells else None
         if item is not None and cs is not None:
             payload = cell_payload.build(cs, self.state.fingerprint.name)
             cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
@@ -492,7 +492,8 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
         return
     from ..report.io import write_text_atomic
 
-    cells = {item.nodeid: cell_payload.build(cs, runner) for item in items if (cs := item.stash.get(cell_key, None))}
+    cells = {item.nodeid: cell_payload.build(cs, runner)
+             for item in items if (cs := item.stash.get(live_cell_key, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
     write_text_atomic(os.path.join(directory, f"{worker}.json"), jsontext.dumps(cells, ensure_ascii=False))
 

@@ -40,7 +40,7 @@ _LISTED = frozenset({"rules", "findings"})  # each payload has all of them so fa
 
 
 class PayloadSource(Protocol):
-    """What the payload is built from: the values a worker knows of a cell while it runs (``state.CellState``, the
+    """What the payload is built from: the values a worker knows of a cell while it runs (``state.LiveCell``, the
     one type that has them). A protocol rather than that class, which builds its payloads here: this module needs
     nothing of state.py, so the two are no circle."""
 

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class CellState:
-    """What the plugin knows about one collected cell; filled at collection, read by fixtures and reports. (Slots:
+class LiveCell:
+    """A collected test item's cell while the run goes on: the matrix's `Cell` it runs, what the knowledge base
+    decided for it, and what is measured and noted as it runs; filled at collection, read by fixtures and reports,
+    kept under `live_cell_key`. Not the report's ``CellRecord`` (what the report says of the cell). (Slots:
     one per collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every
     garbage collection walks.)
 
@@ -76,8 +78,8 @@ class CellState:
         return None if unchanged else cell_payload.join(fixed[2], live)
 
 
-cell_key = pytest.StashKey[CellState]()
-"""Where a collected item keeps its `CellState` (the one key, under this one name): set at collection (plugin.py),
+live_cell_key = pytest.StashKey[LiveCell]()
+"""Where a collected item keeps its `LiveCell` (the one key, under this one name): set at collection (plugin.py),
 read by the fixtures, each phase's report and the collector (a cell stopped in its setup, a worker's collected
 cells)."""
 
@@ -108,7 +110,7 @@ class RunState:
         return {"what_if": str(self.settings.env), "host": self._host}
 
     def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
-                 measured: Mapping[str, Any] | None = None) -> CellState:
+                 measured: Mapping[str, Any] | None = None) -> LiveCell:
         """The one evaluation of a cell (``kb.evaluate.evaluate_cell``: axes, matching rules, the findings that
         concern the cell, the default decision), then the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet
         runner's, for the preview) defaults to this run's; ``measured`` holds facts of the cell's model that rules
@@ -116,7 +118,7 @@ class RunState:
         fp = fingerprint or self.fingerprint
         verdict = evaluate_cell(self.kb, fp, cell.engine, cell.params, axes=cell.axes,
                                 run_known_bad=self.run_known_bad, measured=measured)
-        state = CellState(cell=cell, findings=verdict.findings, not_covered=verdict.not_covered)
+        state = LiveCell(cell=cell, findings=verdict.findings, not_covered=verdict.not_covered)
         if verdict.not_covered:
             return state
         hook = config.hook.pytest_gpucompat_decide
