@@ -1,10 +1,10 @@
 """What a worker tells the report writer about a cell, and how the writer folds it into the cell it builds.
 
 A worker attaches a payload to the report of each phase of a cell (setup, call, teardown): pytest-xdist carries
-``user_properties`` to the controller, which never sees the items. The collector (``collector.py``) keeps one dict
-per cell, starts it from the first payload (`new_cell`), merges each later one into it (`merge`) and makes the
-cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names, the
-cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
+``user_properties`` to the controller, which never sees the items. The collector (``collector.py``) keeps one
+`RecordDraft` per cell, starts it from the first payload (`new_cell`), merges each later one into it (`merge`) and
+makes the cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names,
+the cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
 `CellRecord` that a fixture notes under its name (``fixtures.note``) travels without a line here.
 
 PYTEST_DONT_REWRITE
@@ -15,13 +15,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
     from ..kb.verdicts import Finding
     from ..workload.matrix import Cell
+
+CellPayload: TypeAlias = dict[str, Any]
+"""A cell's payload: the wire form of what a worker tells the report writer of a cell (`build`; sent as JSON text,
+`text`), keyed by the record's field names, the cell's other keys under ``extra``, and `ENGINE_FAILED`. A name
+rather than a TypedDict: its keys are `CellRecord`'s fields (record.CELL_KEYS), defined once, there."""
+
+RecordDraft: TypeAlias = dict[str, Any]
+"""The report writer's cell until its record is made: the record's JSON form (what ``CellRecord.from_dict`` reads),
+started from a payload (`new_cell`), folded into by later ones (`merge`) and by pytest's reports (the collector)."""
 
 ENGINE_FAILED = "engine_failed"
 """The one payload key that is no key of the record: the cell's engine failed (the log tail is its log's), so a
@@ -118,7 +127,7 @@ def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
 
 
-def build(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
+def build(cs: PayloadSource, runner: str | None) -> CellPayload:
     """The whole payload as a dict: what a worker leaves of its collected cells (``collector.share_cells``) and what
     the controller takes of a cell stopped in its setup."""
     return {**fixed_part(cs), **live_part(cs, runner)}
@@ -165,16 +174,16 @@ _NOTHING: dict[str, Any] = {}
 measure nothing; a dict each would be kept to the end of the run). Never changed in place: `merge` replaces it."""
 
 
-def new_cell(nodeid: str, worker: str | None, payload: Mapping[str, Any]) -> dict[str, Any]:
+def new_cell(nodeid: str, worker: str | None, payload: CellPayload) -> RecordDraft:
     """The report writer's cell, in the record's JSON form, from the first payload it has of it (``{}``: a cell that
     sent none, whose worker died before it could). An error until a report says otherwise."""
-    cell: dict[str, Any] = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
+    cell: RecordDraft = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
                             "metrics": _NOTHING, "series": _NOTHING, "duration_s": 0.0, "worker": worker}
     merge(cell, payload)
     return cell
 
 
-def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
+def merge(cell: RecordDraft, payload: CellPayload) -> None:
     """Fold a later phase's payload into the cell: its figures add to those measured before, its rules and findings
     (all so far) replace the cell's, and anything else it says replaces what the cell had; what it leaves empty
     changes nothing (a worker's values only grow, and a cell's engine and parameters never change)."""
@@ -188,6 +197,6 @@ def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
             cell[key] = value
 
 
-def is_engine_failure(payload: Mapping[str, Any]) -> bool:
+def is_engine_failure(payload: CellPayload) -> bool:
     """Whether the payload says the cell's engine failed (`ENGINE_FAILED`)."""
     return bool(payload.get(ENGINE_FAILED))
