@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .machine.fingerprint import Fingerprint
     from .session.golden_run import CellGolden
     from .session.state import LiveCell, RunState
-    from .workload.matrix import Cell
+    from .workload.matrix import MatrixCell
     from .workload.prompts import PromptSet
     from .workload.reference import Choice
 
@@ -58,7 +58,7 @@ def json_safe(value: Any) -> Any:
 
 
 @pytest.fixture
-def gpucompat_cell(request: pytest.FixtureRequest) -> Cell:
+def gpucompat_cell(request: pytest.FixtureRequest) -> MatrixCell:
     """Replaced by each cell of the test's matrix when the plugin is on."""
     pytest.skip(_DISABLED)
 
@@ -188,7 +188,7 @@ class StartedEngine:
     spec: EngineSpec
 
 
-def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
+def engine_spec(config: pytest.Config, cell: MatrixCell, model: Path, **overrides: Any) -> EngineSpec:
     from .catalog.base import EngineSpec
     from .catalog.registry import drives_server
 
@@ -494,7 +494,7 @@ def gpucompat_reference(
 
 
 @pytest.fixture
-def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpucompat_model: Path,
+def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: MatrixCell, gpucompat_model: Path,
                      gpucompat_prompts: PromptSet, gpucompat_record: Callable[[str, float], None]) -> CellGolden:
     """The cell's golden outputs: ``check`` against --gpucompat-golden and ``record`` into --gpucompat-record-golden
     (each a no-op without its option)."""
@@ -508,7 +508,7 @@ def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpuco
 
 @pytest.fixture
 def gpucompat_engine(
-    request: pytest.FixtureRequest, gpucompat_cell: Cell, gpucompat_model: Path, gpucompat_pool: EnginePool
+    request: pytest.FixtureRequest, gpucompat_cell: MatrixCell, gpucompat_model: Path, gpucompat_pool: EnginePool
 ) -> StartedEngine:
     """The cell's engine, started with the cell's parameters on the session's model."""
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)

@@ -20,7 +20,7 @@ from pytest_gpucompat.report.record import CELL_EXTRA, CELL_KEYS, FINDING_KEYS, 
 from pytest_gpucompat.report.validate import InvalidField, check_report_dict
 from pytest_gpucompat.session import payload
 from pytest_gpucompat.session.state import LiveCell
-from pytest_gpucompat.workload.matrix import Cell
+from pytest_gpucompat.workload.matrix import MatrixCell
 
 REPORT_DIR = Path(record.__file__).resolve().parent
 SCHEMA = json.loads((REPORT_DIR / "schema.json").read_text(encoding="utf-8"))
@@ -145,7 +145,7 @@ def test_an_older_finding_without_failure_loads_and_writes_back_as_it_was() -> N
 
 
 def live_cell(**changes: Any) -> LiveCell:
-    cs = LiveCell(cell=Cell(engine="hf", params={"dtype": "bfloat16"}, axes={}), findings=(finding(),))
+    cs = LiveCell(cell=MatrixCell(engine="hf", params={"dtype": "bfloat16"}, axes={}), findings=(finding(),))
     for name, value in changes.items():
         setattr(cs, name, value)
     return cs

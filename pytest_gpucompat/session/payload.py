@@ -21,7 +21,7 @@ from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
     from ..kb.verdicts import Finding
-    from ..workload.matrix import Cell
+    from ..workload.matrix import MatrixCell
 
 CellPayload: TypeAlias = dict[str, Any]
 """A cell's payload: the wire form of what a worker tells the report writer of a cell (`build`; sent as JSON text,
@@ -53,7 +53,7 @@ class PayloadSource(Protocol):
     one type that has them). A protocol rather than that class, which builds its payloads here: this module needs
     nothing of state.py, so the two are no circle."""
 
-    cell: Cell
+    cell: MatrixCell
     findings: tuple[Finding, ...]
     flagged: tuple[Finding, ...]  # measured while the cell ran (gpucompat_flag): findings, but no rules
     metrics: dict[str, float]

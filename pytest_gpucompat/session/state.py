@@ -16,7 +16,7 @@ from ..machine import fingerprint as fpmod
 from ..machine.fingerprint import Fingerprint
 from ..options import Settings
 from ..report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
-from ..workload.matrix import Cell
+from ..workload.matrix import MatrixCell
 from . import payload as cell_payload
 from .payload import json_safe as json_safe  # where the fixtures have always found it
 
@@ -26,16 +26,16 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class LiveCell:
-    """A collected test item's cell while the run goes on: the matrix's `Cell` it runs, what the knowledge base
-    decided for it, and what is measured and noted as it runs; filled at collection, read by fixtures and reports,
-    kept under `live_cell_key`. Not the report's ``CellRecord`` (what the report says of the cell). (Slots:
-    one per collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every
-    garbage collection walks.)
+    """A collected test item's cell while the run goes on: the `MatrixCell` it runs, what the knowledge base decided
+    for it, and what is measured and noted as it runs; filled at collection, read by fixtures and reports, kept
+    under `live_cell_key`. Not the report's ``CellRecord`` (what the report says of the cell). (Slots: one per
+    collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every garbage
+    collection walks.)
 
     Live values only: what the report says of them, and under which keys, is the payload's (session/payload.py,
     keyed by the fields of report/record.py's ``CellRecord``)."""
 
-    cell: Cell
+    cell: MatrixCell
     findings: tuple[Finding, ...] = ()
     decision: Decision | None = None
     not_covered: str | None = None
@@ -109,7 +109,7 @@ class RunState:
             self._host = f"{host.name} ({host.summary()})"
         return {"what_if": str(self.settings.env), "host": self._host}
 
-    def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
+    def evaluate(self, config: pytest.Config, cell: MatrixCell, fingerprint: Fingerprint | None = None,
                  measured: Mapping[str, Any] | None = None) -> LiveCell:
         """The one evaluation of a cell (``kb.evaluate.evaluate_cell``: axes, matching rules, the findings that
         concern the cell, the default decision), then the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet
