@@ -1,7 +1,7 @@
 """Builds the run's report from test reports on the controller (the only process that writes it).
 
-Cell data travels in ``report.user_properties`` because pytest-xdist serializes those: the
-controller never sees the items. The file is checkpointed during the run and written at session
+Each cell's payload (``payload.CellPayload``) travels in ``report.user_properties`` because pytest-xdist
+serializes those: the controller never sees the items. The file is checkpointed during the run and written at session
 end, also on Ctrl-C, so nothing that ran is lost.
 
 PYTEST_DONT_REWRITE
