@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, tuple[str, str]] = {
     # the machine and the test matrix
     "Fingerprint": ("machine.fingerprint", "Fingerprint"),
-    "Cell": ("workload.matrix", "Cell"),
+    "MatrixCell": ("workload.matrix", "MatrixCell"),
+    "Cell": ("workload.matrix", "MatrixCell"),  # MatrixCell's earlier name, kept for the suites that import it
     # the knowledge base's answer for a cell, for pytest_gpucompat_decide implementations
     "Decision": ("kb.verdicts", "Decision"),
     "Finding": ("kb.verdicts", "Finding"),

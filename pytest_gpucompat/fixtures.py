@@ -28,19 +28,19 @@ if TYPE_CHECKING:
     from .kb import Finding
     from .machine.fingerprint import Fingerprint
     from .session.golden_run import CellGolden
-    from .session.state import CellState, RunState
-    from .workload.matrix import Cell
+    from .session.state import LiveCell, RunState
+    from .workload.matrix import MatrixCell
     from .workload.prompts import PromptSet
     from .workload.reference import Choice
 
 _DISABLED = "gpucompat matrix test: run pytest with --gpucompat"
 
 
-def _cell_state(request: pytest.FixtureRequest) -> CellState | None:
-    from .session.state import cell_key
+def _live_cell(request: pytest.FixtureRequest) -> LiveCell | None:
+    from .session.state import live_cell_key
 
     stash: pytest.Stash = request.node.stash
-    return stash.get(cell_key, None)
+    return stash.get(live_cell_key, None)
 
 
 def run_state(config: pytest.Config) -> RunState | None:
@@ -58,7 +58,7 @@ def json_safe(value: Any) -> Any:
 
 
 @pytest.fixture
-def gpucompat_cell(request: pytest.FixtureRequest) -> Cell:
+def gpucompat_cell(request: pytest.FixtureRequest) -> MatrixCell:
     """Replaced by each cell of the test's matrix when the plugin is on."""
     pytest.skip(_DISABLED)
 
@@ -75,14 +75,14 @@ def gpucompat_fingerprint(pytestconfig: pytest.Config) -> Fingerprint:
 
 @pytest.fixture
 def gpucompat_findings(request: pytest.FixtureRequest) -> tuple[Finding, ...]:
-    cs = _cell_state(request)
+    cs = _live_cell(request)
     return cs.findings if cs else ()
 
 
 @pytest.fixture
 def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
     """Attach a finding measured at run time (a silent fallback, a precision loss) to the cell's result."""
-    cs = _cell_state(request)
+    cs = _live_cell(request)
 
     def flag(id: str, summary: str, severity: str = "degraded", failure: str = "fallback") -> None:
         import warnings
@@ -95,7 +95,7 @@ def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
         finding = Finding(id=id, severity=severity, confidence="verified", failure=failure, engine=None,
                           summary=summary, workaround=None, symptom=None, note="measured in this run",
                           claims=(), sources=(("report", "this run"),), action="annotate")
-        if cs is not None:  # travels on the report of every later phase (CellState.payload)
+        if cs is not None:  # travels on the report of every later phase (LiveCell.payload_for)
             cs.flagged = (*cs.flagged, finding)
         warnings.warn(pytest.PytestWarning(f"gpucompat {severity}: [{id}] {summary}"), stacklevel=2)
 
@@ -105,7 +105,7 @@ def gpucompat_flag(request: pytest.FixtureRequest) -> Callable[..., None]:
 @pytest.fixture
 def gpucompat_record(request: pytest.FixtureRequest) -> Callable[[str, float], None]:
     """Record a measured figure (tokens_per_s, ttft_s, leak_mib_per_cycle, ...) on the cell's result."""
-    cs = _cell_state(request)
+    cs = _live_cell(request)
 
     def record(name: str, value: float) -> None:
         if cs is not None:
@@ -120,7 +120,7 @@ def gpucompat_record(request: pytest.FixtureRequest) -> Callable[[str, float], N
 def gpucompat_record_series(request: pytest.FixtureRequest) -> Callable[[str, Sequence[float | None]], None]:
     """Record a figure per cycle or round (``nvml_process_mib`` after each create/destroy cycle) on the cell's
     result, so reports can draw it; None marks a cycle where the figure could not be measured."""
-    cs = _cell_state(request)
+    cs = _live_cell(request)
 
     def record(name: str, values: Sequence[float | None]) -> None:
         if cs is not None:
@@ -188,7 +188,7 @@ class StartedEngine:
     spec: EngineSpec
 
 
-def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any) -> EngineSpec:
+def engine_spec(config: pytest.Config, cell: MatrixCell, model: Path, **overrides: Any) -> EngineSpec:
     from .catalog.base import EngineSpec
     from .catalog.registry import drives_server
 
@@ -201,7 +201,7 @@ def engine_spec(config: pytest.Config, cell: Cell, model: Path, **overrides: Any
     return sized_for_sharing(config, EngineSpec(engine=cell.engine, model=str(model), params=params))
 
 
-def _add_engine_time(cs: CellState | None, seconds: float, part: str | None = None) -> None:
+def _add_engine_time(cs: LiveCell | None, seconds: float, part: str | None = None) -> None:
     """Time spent inside engines (starts this cell triggered, its calls, whole engine lives in a child), recorded as
     ``engine_s`` so the benchmark can tell the engines' time from the harness's own."""
     if cs is None:
@@ -214,7 +214,7 @@ def _add_engine_time(cs: CellState | None, seconds: float, part: str | None = No
 class _Timed:
     """An engine whose generate/embed time is added to the cell's engine time (the engine itself is shared)."""
 
-    def __init__(self, engine: Engine, cs: CellState | None, part: str | None = None,
+    def __init__(self, engine: Engine, cs: LiveCell | None, part: str | None = None,
                  cache: dict[Any, Any] | None = None) -> None:
         self._engine, self._cs, self._part, self._cache = engine, cs, part, cache
         self.name = engine.name
@@ -264,7 +264,7 @@ def timeout_kill_text(message: str, engine: str, elapsed_s: float, in_process: b
             f"(limit {limit}){after}")
 
 
-def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
+def _fail_cell(cs: LiveCell | None, what: str, exc: EngineFailed) -> NoReturn:
     """Fail the cell with the engine's reason, where its log is kept and the log's last lines."""
     from .engines.isolation import failure_text
 
@@ -273,7 +273,7 @@ def _fail_cell(cs: CellState | None, what: str, exc: EngineFailed) -> NoReturn:
     pytest.fail(failure_text(what, exc), pytrace=False)
 
 
-def _note_prediction(request: pytest.FixtureRequest, cs: CellState | None, spec: EngineSpec, info: RunInfo | None,
+def _note_prediction(request: pytest.FixtureRequest, cs: LiveCell | None, spec: EngineSpec, info: RunInfo | None,
                      log_tail: str | None) -> None:
     """The attention backend predicted for the cell beside the one its engine reported (kb.predict_cells), and a
     finding of its own when they differ."""
@@ -296,7 +296,7 @@ def _note_prediction(request: pytest.FixtureRequest, cs: CellState | None, spec:
         cs.flagged = (*cs.flagged, finding)
 
 
-def _note_deviations(cs: CellState | None, spec: EngineSpec) -> None:
+def _note_deviations(cs: LiveCell | None, spec: EngineSpec) -> None:
     """The cell's settings that differ from its engine's defaults (engines/deviations.py), in its record."""
     if cs is None:
         return
@@ -305,7 +305,7 @@ def _note_deviations(cs: CellState | None, spec: EngineSpec) -> None:
     cs.notes["deviations"] = [d.to_dict() for d in deviations(spec.engine, spec.params)]
 
 
-def _settle_deviations(cs: CellState, info: RunInfo) -> None:
+def _settle_deviations(cs: LiveCell, info: RunInfo) -> None:
     """With the engine started: its own defaults beside each deviation, and settings equal to them dropped."""
     defaults = info.extra.get("engine_defaults") if isinstance(info.extra, Mapping) else None
     if not isinstance(defaults, Mapping) or not defaults or "deviations" not in cs.notes:
@@ -327,7 +327,7 @@ def start_engine(
     """
     from .catalog.base import EngineFailed, EngineUnavailable
 
-    cs = _cell_state(request)
+    cs = _live_cell(request)
     part = None if record else "reference_s"
     if record:
         _note_deviations(cs, spec)  # before the start: a cell that fails to start still says what it ran with
@@ -379,7 +379,7 @@ def gpucompat_isolated(request: pytest.FixtureRequest) -> Callable[..., Any]:
     from .session.sharing import engine_lives
 
     timeout = settings(request.config).timeout
-    cs = _cell_state(request)
+    cs = _live_cell(request)
     keep_in = settings(request.config).log_dir
     say = announcer(request.config)
     calls = [0]
@@ -432,7 +432,7 @@ def reference_engine(request: pytest.FixtureRequest, pool: EnginePool, model: Pa
 
 def note(request: pytest.FixtureRequest, key: str, value: Any) -> None:
     """Put ``key`` into the cell in the report (what it was asked, which reference, the golden check)."""
-    cs = _cell_state(request)
+    cs = _live_cell(request)
     if cs is not None:
         cs.notes[key] = json_safe(value)
 
@@ -494,7 +494,7 @@ def gpucompat_reference(
 
 
 @pytest.fixture
-def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpucompat_model: Path,
+def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: MatrixCell, gpucompat_model: Path,
                      gpucompat_prompts: PromptSet, gpucompat_record: Callable[[str, float], None]) -> CellGolden:
     """The cell's golden outputs: ``check`` against --gpucompat-golden and ``record`` into --gpucompat-record-golden
     (each a no-op without its option)."""
@@ -508,7 +508,7 @@ def gpucompat_golden(request: pytest.FixtureRequest, gpucompat_cell: Cell, gpuco
 
 @pytest.fixture
 def gpucompat_engine(
-    request: pytest.FixtureRequest, gpucompat_cell: Cell, gpucompat_model: Path, gpucompat_pool: EnginePool
+    request: pytest.FixtureRequest, gpucompat_cell: MatrixCell, gpucompat_model: Path, gpucompat_pool: EnginePool
 ) -> StartedEngine:
     """The cell's engine, started with the cell's parameters on the session's model."""
     spec = engine_spec(request.config, gpucompat_cell, gpucompat_model)

@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from .catalog.base import EngineSpec
     from .kb import Decision, Finding
     from .machine.fingerprint import Fingerprint
-    from .workload.matrix import Cell
+    from .workload.matrix import MatrixCell
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_gpucompat_decide(
-    config: pytest.Config, cell: Cell, findings: tuple[Finding, ...], fingerprint: Fingerprint
+    config: pytest.Config, cell: MatrixCell, findings: tuple[Finding, ...], fingerprint: Fingerprint
 ) -> Decision | None:
     """Decide what the knowledge base's findings do to one cell: run it, skip it, or xfail it.
 

@@ -21,7 +21,7 @@ import pytest
 from . import options
 
 if TYPE_CHECKING:
-    from .session.state import CellState, RunState
+    from .session.state import LiveCell, RunState
 
 _froze_key = pytest.StashKey[bool]()  # this run froze the objects made before its tests (pytest_collection_finish)
 _RUN = "gpucompat-run"  # the name of a run's hooks (_Run) in the plugin manager
@@ -111,15 +111,15 @@ class _Run:
     """The hooks of a run with the plugin on (registered by ``_register``); each delegates as the module's do."""
 
     state: RunState | None = None
-    cell_key: pytest.StashKey[CellState] | None = None  # state.cell_key, once loaded (read for every phase)
+    live_cell_key: pytest.StashKey[LiveCell] | None = None  # state.live_cell_key, once loaded (read for every phase)
 
     def pytest_configure(self, config: pytest.Config) -> None:
         if not _enabled(config):  # the whole command line turned it off again: pytest_configure unregisters it
             return
         from .session import boundaries, interrupt, sharing, xdist_support
-        from .session.state import build_run_state, cell_key, run_key
+        from .session.state import build_run_state, live_cell_key, run_key
 
-        self.cell_key = cell_key
+        self.live_cell_key = live_cell_key
         interrupt.install(config)  # SIGTERM as Ctrl-C: a report, engines stopped
         sharing.setup_worker(config, xdist_support.pin_worker_gpu(config))  # workers sharing a GPU: its ledger
         if sharing.share_for(config) is not None:
@@ -178,7 +178,7 @@ class _Run:
         if state is None:
             return
         from .session import sharing
-        from .session.state import NOT_COVERED, cell_key
+        from .session.state import NOT_COVERED, live_cell_key
 
         weights: dict[tuple[str, Any], dict[str, Any]] = {}
         for item in items:
@@ -188,7 +188,7 @@ class _Run:
                 continue
             measured = _model_facts(callspec.params.get("gpucompat_model"), cell, weights)
             cs = state.evaluate(config, cell, measured=measured)
-            item.stash[cell_key] = cs
+            item.stash[live_cell_key] = cs
             if cs.not_covered:
                 item.add_marker(pytest.mark.skip(reason=f"{NOT_COVERED}: needs {cs.not_covered}"))
             elif cs.decision is not None and cs.decision.action == "skip":
@@ -223,7 +223,7 @@ class _Run:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
                                   call: pytest.CallInfo[Any]) -> Generator[None, Any, Any]:
-        cs = item.stash.get(self.cell_key, None) if self.cell_key is not None else None
+        cs = item.stash.get(self.live_cell_key, None) if self.live_cell_key is not None else None
         if cs is not None and call.when == "call":
             from .session.sharing import note_sharing
 

@@ -26,14 +26,14 @@ from pytest_gpucompat.report.golden import check_report, checks_json, with_check
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.session.golden_run import CellGolden, GoldenRun
 from pytest_gpucompat.workload.checkpoint import ModelIdentity
-from pytest_gpucompat.workload.matrix import Cell
+from pytest_gpucompat.workload.matrix import MatrixCell
 from pytest_gpucompat.workload.prompts import Prompt, PromptSet
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 MODEL = ModelIdentity(name="qwen2-abc", weights="a" * 64, config="c" * 64, tokenizer="t" * 64)
 PROMPT_SET = PromptSet(name="builtin", prompts=(Prompt("a", (1, 2)), Prompt("b", (3,))))
 PROMPTS = PROMPT_SET.digest
-CELL = Cell("vllm", {"dtype": "bfloat16", "kv_cache_dtype": "fp8_e4m3"})
+CELL = MatrixCell("vllm", {"dtype": "bfloat16", "kv_cache_dtype": "fp8_e4m3"})
 
 
 def gen(tokens: list[int], shift: float = 0.0) -> Generation:

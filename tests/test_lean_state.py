@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.session import payload
-from pytest_gpucompat.workload.matrix import Cell, expand_block
+from pytest_gpucompat.workload.matrix import MatrixCell, expand_block
 
 FP = {"name": "r1", "gpus": []}
 
@@ -70,7 +70,7 @@ def test_cells_without_axes_share_one_mapping_and_stay_apart() -> None:
         cells[0].axes["gpu"] = "x"  # type: ignore[index]
     with_axes = expand_block({"engine": "hf", "axes": {"gpu": ["A100*", "H100*"]}}, "m.yaml", "m")
     assert [c.axes for c in with_axes] == [{"gpu": "A100*"}, {"gpu": "H100*"}]
-    assert Cell("hf", {"a": 1}).id == "hf-a=1"
+    assert MatrixCell("hf", {"a": 1}).id == "hf-a=1"
     assert not hasattr(cells[0], "__dict__")  # slots: no dict per cell
 
 

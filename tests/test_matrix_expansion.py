@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import pytest_gpucompat
 from pytest_gpucompat.common.errors import InputError
-from pytest_gpucompat.workload.matrix import MAX_CELLS, Cell, cells_from_marker, expand_block, load_named_matrices
+from pytest_gpucompat.workload.matrix import MAX_CELLS, MatrixCell, cells_from_marker, expand_block, load_named_matrices
 
 
-def ids(cells: list[Cell]) -> list[str]:
+def ids(cells: list[MatrixCell]) -> list[str]:
     return [c.id for c in cells]
 
 
@@ -21,15 +22,16 @@ def test_the_product_follows_the_data_engines_then_params_then_axes() -> None:
     assert ids(cells) == [
         f"{e}-dtype={d}-tp=2-eager=true-driver={v}"
         for e in ("vllm", "sglang") for d in ("fp16", "bf16") for v in (">=550", "<550")]
-    assert cells[0] == Cell("vllm", {"dtype": "fp16", "tp": 2, "eager": True}, {"driver": ">=550"})
+    assert cells[0] == MatrixCell("vllm", {"dtype": "fp16", "tp": 2, "eager": True}, {"driver": ">=550"})
     assert cells[0].to_dict() == {"engine": "vllm", "params": {"dtype": "fp16", "tp": 2, "eager": True},
                                   "axes": {"driver": ">=550"}}
-    assert Cell("hf", {"x": False}).id == "hf-x=false"
+    assert MatrixCell("hf", {"x": False}).id == "hf-x=false"
+    assert pytest_gpucompat.Cell is pytest_gpucompat.MatrixCell is MatrixCell  # Cell: its earlier name, kept
 
 
 def test_one_engine_no_params_is_one_cell_without_axes() -> None:
     (cell,) = expand_block({"engine": "hf"}, "s", "w")
-    assert cell == Cell("hf") and cell.id == "hf" and dict(cell.axes) == {} and dict(cell.params) == {}
+    assert cell == MatrixCell("hf") and cell.id == "hf" and dict(cell.axes) == {} and dict(cell.params) == {}
     assert expand_block({"engine": "hf", "params": {"a": []}}, "s", "w") == []  # an empty axis: no cell
 
 

@@ -19,8 +19,8 @@ from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.record import CELL_EXTRA, CELL_KEYS, FINDING_KEYS, CellRecord, FindingRecord
 from pytest_gpucompat.report.validate import InvalidField, check_report_dict
 from pytest_gpucompat.session import payload
-from pytest_gpucompat.session.state import CellState
-from pytest_gpucompat.workload.matrix import Cell
+from pytest_gpucompat.session.state import LiveCell
+from pytest_gpucompat.workload.matrix import MatrixCell
 
 REPORT_DIR = Path(record.__file__).resolve().parent
 SCHEMA = json.loads((REPORT_DIR / "schema.json").read_text(encoding="utf-8"))
@@ -144,8 +144,8 @@ def test_an_older_finding_without_failure_loads_and_writes_back_as_it_was() -> N
     assert rec.to_dict() == old and list(rec.to_dict()) == list(old)
 
 
-def live_cell(**changes: Any) -> CellState:
-    cs = CellState(cell=Cell(engine="hf", params={"dtype": "bfloat16"}, axes={}), findings=(finding(),))
+def live_cell(**changes: Any) -> LiveCell:
+    cs = LiveCell(cell=MatrixCell(engine="hf", params={"dtype": "bfloat16"}, axes={}), findings=(finding(),))
     for name, value in changes.items():
         setattr(cs, name, value)
     return cs

@@ -55,7 +55,7 @@ def test_public_api_names_what_exists() -> None:
     assert {"Report", "load_report", "merge_reports", "diff_reports", "render_html", "render_markdown",
             "render_junit"} <= set(report_pkg.__all__)
     with pytest.raises(AttributeError):
-        report_pkg.Cell  # noqa: B018 - the report's cell is CellRecord: Cell is the matrix's
+        report_pkg.Cell  # noqa: B018 - the report's cell is CellRecord: Cell is the matrix's MatrixCell
 
 
 def test_report_records_are_not_the_kb_and_matrix_names() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from ..checks import outputs
 from ..checks.golden import CELL_PREFIX, PREFIX, judge, threshold_class
 from ..checks.golden_files import GoldenFile, match_kept
-from ..workload.matrix import Cell
+from ..workload.matrix import MatrixCell
 from .model import CellRecord, Report
 
 STATUSES = ("passed", "failed", "refused", "missing", "not compared")
@@ -66,7 +66,7 @@ def check_cell(cell: CellRecord, files: Sequence[GoldenFile], where: str, source
         return str(value) if isinstance(value, str) and value else None
 
     try:
-        verdict = judge(golden, Cell(cell.engine or "", cell.params, cell.axes).id, kept.generations,
+        verdict = judge(golden, MatrixCell(cell.engine or "", cell.params, cell.axes).id, kept.generations,
                         threshold_class(cell.params, said("dtype")), table, engine=said("engine") or cell.engine,
                         attention_backend=said("attention_backend"), kv_cache_dtype=said("kv_cache_dtype"))
     except ValueError as exc:  # outputs that cannot be compared (lengths), or no thresholds for the cell's dtype

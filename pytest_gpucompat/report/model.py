@@ -1,7 +1,7 @@
 """The report of a run (or of several merged runs): plain frozen data and its JSON form.
 
 `Report` holds `CellRecord`s (one test item as one runner saw it), which hold `FindingRecord`s (a knowledge-base
-rule that matched the cell, as recorded; not the knowledge base's own `Finding`, nor the matrix's `Cell`). Both
+rule that matched the cell, as recorded; not the knowledge base's own `Finding`, nor the matrix's `MatrixCell`). Both
 records are defined in `record.py` and re-exported here, where their readers have always found them. The format's
 enums and the check of a loaded dict live in `validate.py`, reading and writing files in `io.py`; `schema.json`
 next to this module is the documented contract.

@@ -1,5 +1,6 @@
-"""What a cell of a report says, defined once: `CellRecord` (one test item as one runner saw it) and `FindingRecord`
-(a knowledge-base rule that matched it, as recorded; not the knowledge base's own `Finding`, nor the matrix's `Cell`).
+"""What a cell of a report says, defined once: `CellRecord` (one test item as one runner saw it; not the matrix's
+`MatrixCell`, nor the item's `LiveCell` while it runs) and `FindingRecord` (a knowledge-base rule that matched it, as
+recorded; not the knowledge base's own `Finding`).
 
 Everything else that names a cell's keys reads them from here: the validator (`validate.py`) takes each key's JSON
 types from the dataclass fields' annotations, the payload a worker sends about a cell (`payload.py`) is keyed by

@@ -1,7 +1,7 @@
 """Builds the run's report from test reports on the controller (the only process that writes it).
 
-Cell data travels in ``report.user_properties`` because pytest-xdist serializes those: the
-controller never sees the items. The file is checkpointed during the run and written at session
+Each cell's payload (``payload.CellPayload``) travels in ``report.user_properties`` because pytest-xdist
+serializes those: the controller never sees the items. The file is checkpointed during the run and written at session
 end, also on Ctrl-C, so nothing that ran is lost.
 
 PYTEST_DONT_REWRITE
@@ -33,7 +33,8 @@ from ..report.text import first_line
 from . import payload as cell_payload
 from .interrupt import received, signals_held
 from .lock import ReportLock
-from .payload import CELL_KEY
+from .payload import CellPayload, RecordDraft
+from .state import live_cell_key
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -68,9 +69,9 @@ class ReportCollector:
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self._final_written: bool | None = None  # whether the final write succeeded; None before it
         self._first_checkpoint_tried = False  # the checkpoint written as the first test starts
-        # nodeid -> the cell as the record's JSON form (payload.new_cell), what the report is built from; a finished
-        # cell as its line of the report (_Settled)
-        self.cells: dict[str, dict[str, Any] | _Settled] = {}
+        # nodeid -> the cell as the record's JSON form (payload.RecordDraft), what the report is built from; a
+        # finished cell as its line of the report (_Settled)
+        self.cells: dict[str, RecordDraft | _Settled] = {}
         self._runner: str | None = None  # the report's runner name, as Report.from_run names it
         self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str]] | None = None
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
@@ -81,7 +82,7 @@ class ReportCollector:
         self.diff_text: str | None = None
         self.kept: str | None = None  # why the report file was left as it was (a run that executed no cell)
         self._cells_dir: str | None = None  # made for the first xdist worker
-        self._worker_cells: dict[str, dict[str, Any] | None] = {}  # worker id -> its collected cells' payloads
+        self._worker_cells: dict[str, dict[str, CellPayload] | None] = {}  # worker id -> its collected cells' payloads
         self._crashes: dict[str, str] = {}  # nodeid -> why its worker crashed, until its report arrives
 
     # ------------------------------------------------------------------ collecting
@@ -94,7 +95,7 @@ class ReportCollector:
             self._crashed(report, crash)
         else:
             sent = None
-            for key, value in report.user_properties:  # most reports carry none (state.CellState.payload_for)
+            for key, value in report.user_properties:  # most reports carry none (state.LiveCell.payload_for)
                 if key == "gpucompat":
                     sent = value
                     break
@@ -124,7 +125,7 @@ class ReportCollector:
         if self.path and self._checkpoint_due():
             self.write(partial=True)
 
-    def _again(self, report: pytest.TestReport, cell: dict[str, Any], payload: dict[str, Any] | None = None) -> None:
+    def _again(self, report: pytest.TestReport, cell: RecordDraft, payload: CellPayload | None = None) -> None:
         """What every report of a cell adds, with a payload or not: its duration, its outcome, the rules that explain
         a failure. ``payload`` is read for a report that did not pass only."""
         cell["duration_s"] = (cell.get("duration_s") or 0.0) + float(report.duration or 0.0)
@@ -148,7 +149,7 @@ class ReportCollector:
         cell["outcome"], cell["reason"], cell["when"] = "failed", reason, when
         self._explain(cell)
 
-    def _cell(self, nodeid: str) -> dict[str, Any] | None:
+    def _cell(self, nodeid: str) -> RecordDraft | None:
         """The cell's dict to fold a report into (a settled cell that hears again, a re-run, is a dict again)."""
         cell = self.cells.get(nodeid)
         if isinstance(cell, _Settled):
@@ -183,7 +184,7 @@ class ReportCollector:
             fp["workers"] = self.worker_fingerprints
         return fp
 
-    def _explain(self, cell: dict[str, Any]) -> None:
+    def _explain(self, cell: RecordDraft) -> None:
         """A failed or errored cell whose reason or log tail matches a rule's signature says which known issue it
         is (``explained_by``); judged again only when what it says changed."""
         if cell["outcome"] not in ("failed", "error") or not (cell["reason"] or cell.get("log_tail")):
@@ -200,7 +201,7 @@ class ReportCollector:
         cell["explained_by"] = [explained_by_entry(r) for r in explaining_rules(self.state.kb.rules, failure)]
         self._explained[cell["nodeid"]] = said
 
-    def _collected_payload(self, worker: str | None, nodeid: str) -> dict[str, Any] | None:
+    def _collected_payload(self, worker: str | None, nodeid: str) -> CellPayload | None:
         """The payload ``share_cells`` left for ``nodeid``: None when it is no cell, ``{}`` when nothing was left
         (a cell with nodeid and outcome only, rather than none)."""
         key = str(worker)
@@ -279,7 +280,7 @@ class ReportCollector:
         it is put in the report from what was collected, as interrupted, rather than left out."""
         self.interrupted = True
         item, self._in_setup = self._in_setup, None
-        cs = item.stash.get(CELL_KEY, None) if item is not None and item.nodeid not in self.cells else None
+        cs = item.stash.get(live_cell_key, None) if item is not None and item.nodeid not in self.cells else None
         if item is not None and cs is not None:
             payload = cell_payload.build(cs, self.state.fingerprint.name)
             cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
@@ -287,7 +288,7 @@ class ReportCollector:
 
     # ------------------------------------------------------------------ writing
 
-    def _dicts(self, partial: bool) -> Iterator[tuple[str, dict[str, Any] | _Settled]]:
+    def _dicts(self, partial: bool) -> Iterator[tuple[str, RecordDraft | _Settled]]:
         """Each cell: a settled one as it is, a dict in the records' JSON form already (one that never reported an
         outcome says why it has none)."""
         unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
@@ -476,7 +477,7 @@ def _severities(record: Any) -> tuple[tuple[str, bool], ...]:
     return tuple((f.severity, f.unconfirmed) for f in record.findings) if record.findings else ()
 
 
-def _summary_cell(cell: dict[str, Any] | _Settled) -> Mapping[str, Any]:
+def _summary_cell(cell: RecordDraft | _Settled) -> Mapping[str, Any]:
     """A cell as the terminal summary reads it: a quiet settled cell as a mapping of what the summary counts (one
     per outcome), any other settled cell (a finding, a log, a rerun to list) decoded."""
     if not isinstance(cell, _Settled):
@@ -492,7 +493,8 @@ def share_cells(config: pytest.Config, items: Sequence[pytest.Item], runner: str
         return
     from ..report.io import write_text_atomic
 
-    cells = {item.nodeid: cell_payload.build(cs, runner) for item in items if (cs := item.stash.get(CELL_KEY, None))}
+    cells = {item.nodeid: cell_payload.build(cs, runner)
+             for item in items if (cs := item.stash.get(live_cell_key, None))}
     worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
     write_text_atomic(os.path.join(directory, f"{worker}.json"), jsontext.dumps(cells, ensure_ascii=False))
 
@@ -548,7 +550,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return first_line(str(longrepr))
 
 
-def _outcome(report: pytest.TestReport, payload: dict[str, Any] | None) -> tuple[str | None, str | None]:
+def _outcome(report: pytest.TestReport, payload: CellPayload | None) -> tuple[str | None, str | None]:
     wasxfail = getattr(report, "wasxfail", None)
     if report.skipped:
         if wasxfail is not None:
@@ -565,7 +567,7 @@ def _outcome(report: pytest.TestReport, payload: dict[str, Any] | None) -> tuple
     return ("failed" if failed else "error"), _failure_reason(report)
 
 
-def _rerun(report: pytest.TestReport, cell: dict[str, Any], outcome: str, reason: str | None) -> None:
+def _rerun(report: pytest.TestReport, cell: RecordDraft, outcome: str, reason: str | None) -> None:
     """A failed attempt that pytest-rerunfailures runs again (its report's outcome "rerun", ``report.rerun`` the
     attempts before it): counted, the first failure's reason kept, and the cell's phase forgotten so that the next
     attempt's outcome replaces this one. Until it does, the cell reads as this attempt ended (an interrupted run)."""
@@ -578,7 +580,7 @@ def _rerun(report: pytest.TestReport, cell: dict[str, Any], outcome: str, reason
     cell["outcome"], cell["reason"], cell["when"] = outcome, reason, None
 
 
-def _should_replace(cell: dict[str, Any], when: str, outcome: str) -> bool:
+def _should_replace(cell: RecordDraft, when: str, outcome: str) -> bool:
     previous = cell.get("when")
     if previous is None:
         return True

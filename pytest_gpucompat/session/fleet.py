@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from .state import RunState, cell_key
+from .state import RunState, live_cell_key
 
 
 def format_fleet_preview(state: RunState, config: pytest.Config, items: Sequence[pytest.Item]) -> str:
-    cells = [(item.nodeid, item.stash[cell_key].cell) for item in items if cell_key in item.stash]
+    cells = [(item.nodeid, item.stash[live_cell_key].cell) for item in items if live_cell_key in item.stash]
     lines = [f"gpucompat fleet preview: {len(cells)} cells x {len(state.fleet)} runners"]
     for name, fp in state.fleet.items():
         counts = {"run": 0, "skip": 0, "xfail": 0, "not covered": 0}

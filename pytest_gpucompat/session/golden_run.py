@@ -20,7 +20,7 @@ from ..checks.golden import GoldenVerdict, judge
 from ..checks.golden_files import GoldenFile, Match, Recorded, load_golden_source, match_golden, record
 from ..common.errors import InputError
 from ..workload.checkpoint import ModelIdentity, model_identity
-from ..workload.matrix import Cell
+from ..workload.matrix import MatrixCell
 from ..workload.prompts import PromptSet
 
 
@@ -89,7 +89,7 @@ class CellGolden:
     """The golden side of one cell: ``check`` and ``record`` are no-ops without their option."""
 
     run: GoldenRun | None
-    cell: Cell
+    cell: MatrixCell
     model: Path
     prompts: PromptSet
     note: Callable[[str, Any], None]

@@ -1,10 +1,10 @@
 """What a worker tells the report writer about a cell, and how the writer folds it into the cell it builds.
 
 A worker attaches a payload to the report of each phase of a cell (setup, call, teardown): pytest-xdist carries
-``user_properties`` to the controller, which never sees the items. The collector (``collector.py``) keeps one dict
-per cell, starts it from the first payload (`new_cell`), merges each later one into it (`merge`) and makes the
-cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names, the
-cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
+``user_properties`` to the controller, which never sees the items. The collector (``collector.py``) keeps one
+`RecordDraft` per cell, starts it from the first payload (`new_cell`), merges each later one into it (`merge`) and
+makes the cell's `CellRecord` from it when it writes the report. The payload is keyed by the record's own field names,
+the cell's other keys under ``extra``, so nothing between the fixtures and the report renames a key: a field added to
 `CellRecord` that a fixture notes under its name (``fixtures.note``) travels without a line here.
 
 PYTEST_DONT_REWRITE
@@ -15,15 +15,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
-
-import pytest
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
     from ..kb.verdicts import Finding
-    from ..workload.matrix import Cell
+    from ..workload.matrix import MatrixCell
+
+CellPayload: TypeAlias = dict[str, Any]
+"""A cell's payload: the wire form of what a worker tells the report writer of a cell (`build`; sent as JSON text,
+`text`), keyed by the record's field names, the cell's other keys under ``extra``, and `ENGINE_FAILED`. A name
+rather than a TypedDict: its keys are `CellRecord`'s fields (record.CELL_KEYS), defined once, there."""
+
+RecordDraft: TypeAlias = dict[str, Any]
+"""The report writer's cell until its record is made: the record's JSON form (what ``CellRecord.from_dict`` reads),
+started from a payload (`new_cell`), folded into by later ones (`merge`) and by pytest's reports (the collector)."""
 
 ENGINE_FAILED = "engine_failed"
 """The one payload key that is no key of the record: the cell's engine failed (the log tail is its log's), so a
@@ -41,10 +48,12 @@ _ADDED = frozenset({"metrics", "series"})  # a later phase adds figures to those
 _LISTED = frozenset({"rules", "findings"})  # each payload has all of them so far
 
 
-class LiveCell(Protocol):
-    """What a worker knows of a cell while it runs (``state.CellState``): the values the payload is built from."""
+class PayloadSource(Protocol):
+    """What the payload is built from: the values a worker knows of a cell while it runs (``state.LiveCell``, the
+    one type that has them). A protocol rather than that class, which builds its payloads here: this module needs
+    nothing of state.py, so the two are no circle."""
 
-    cell: Cell
+    cell: MatrixCell
     findings: tuple[Finding, ...]
     flagged: tuple[Finding, ...]  # measured while the cell ran (gpucompat_flag): findings, but no rules
     metrics: dict[str, float]
@@ -53,12 +62,6 @@ class LiveCell(Protocol):
     notes: dict[str, Any]  # fields of the record by their names, and the cell's other keys
     log_tail: str | None
     engine_failed: bool
-
-
-CELL_KEY: pytest.StashKey[LiveCell] = pytest.StashKey()
-"""Where a collected item keeps its live cell (``state.cell_key``, the same key typed as ``CellState``): here so
-that the collector, which reads the payloads of an item stopped in its setup and of a worker's collected cells,
-depends on the report package alone."""
 
 
 def json_safe(value: Any) -> Any:
@@ -95,13 +98,13 @@ def _is_json_safe(value: Any) -> bool:
     return False
 
 
-def fixed_part(cs: LiveCell) -> dict[str, Any]:
+def fixed_part(cs: PayloadSource) -> dict[str, Any]:
     """The part of the payload that changes only with the cell's findings: the cell and every finding so far, so
     that the last payload the report writer sees has them all."""
     return _fixed_part(cs)[0]
 
 
-def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
+def _fixed_part(cs: PayloadSource) -> tuple[dict[str, Any], bool]:
     """`fixed_part`, and whether all of it is JSON-safe already (`_is_json_safe`)."""
     cell = cs.cell.to_dict()
     ready = _is_json_safe(cell)
@@ -113,7 +116,7 @@ def _fixed_part(cs: LiveCell) -> tuple[dict[str, Any], bool]:
     return fixed, ready and (not fixed["findings"] or _is_json_safe(fixed))
 
 
-def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     """The part measured and noted while the cell runs. The engine's info and the worker's GPUs are keys of the
     record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
@@ -124,13 +127,13 @@ def live_part(cs: LiveCell, runner: str | None) -> dict[str, Any]:
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
 
 
-def build(cs: LiveCell, runner: str | None) -> dict[str, Any]:
+def build(cs: PayloadSource, runner: str | None) -> CellPayload:
     """The whole payload as a dict: what a worker leaves of its collected cells (``collector.share_cells``) and what
     the controller takes of a cell stopped in its setup."""
     return {**fixed_part(cs), **live_part(cs, runner)}
 
 
-def fixed_text(cs: LiveCell) -> str:
+def fixed_text(cs: PayloadSource) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
     it is JSON-safe already, json's shared encoder writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
@@ -143,7 +146,7 @@ _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 CUDA_VISIBLE_DEVICES): made once rather than per phase."""
 
 
-def live_text(cs: LiveCell, runner: str | None) -> str:
+def live_text(cs: PayloadSource, runner: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
@@ -152,7 +155,7 @@ def live_text(cs: LiveCell, runner: str | None) -> str:
     return json.dumps(live_part(cs, runner), default=str)[1:]
 
 
-def text(fixed: str, cs: LiveCell, runner: str | None) -> str:
+def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
     """The payload as JSON text, from `fixed_text` and the live values (`join`).
 
     Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the garbage
@@ -171,16 +174,16 @@ _NOTHING: dict[str, Any] = {}
 measure nothing; a dict each would be kept to the end of the run). Never changed in place: `merge` replaces it."""
 
 
-def new_cell(nodeid: str, worker: str | None, payload: Mapping[str, Any]) -> dict[str, Any]:
+def new_cell(nodeid: str, worker: str | None, payload: CellPayload) -> RecordDraft:
     """The report writer's cell, in the record's JSON form, from the first payload it has of it (``{}``: a cell that
     sent none, whose worker died before it could). An error until a report says otherwise."""
-    cell: dict[str, Any] = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
+    cell: RecordDraft = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
                             "metrics": _NOTHING, "series": _NOTHING, "duration_s": 0.0, "worker": worker}
     merge(cell, payload)
     return cell
 
 
-def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
+def merge(cell: RecordDraft, payload: CellPayload) -> None:
     """Fold a later phase's payload into the cell: its figures add to those measured before, its rules and findings
     (all so far) replace the cell's, and anything else it says replaces what the cell had; what it leaves empty
     changes nothing (a worker's values only grow, and a cell's engine and parameters never change)."""
@@ -194,6 +197,6 @@ def merge(cell: dict[str, Any], payload: Mapping[str, Any]) -> None:
             cell[key] = value
 
 
-def is_engine_failure(payload: Mapping[str, Any]) -> bool:
+def is_engine_failure(payload: CellPayload) -> bool:
     """Whether the payload says the cell's engine failed (`ENGINE_FAILED`)."""
     return bool(payload.get(ENGINE_FAILED))

@@ -486,9 +486,9 @@ def note_sharing(item: pytest.Item, metrics: dict[str, float]) -> None:
     turns = share.first_starts.turns if share is not None else []
     if turns:  # compile once, then share: which first starts it ran, how long it waited for others'
         metrics[COMPILE_WAIT_S] = sum(t.waited_s for t in turns)
-        from .state import cell_key
+        from .state import live_cell_key
 
-        cs = item.stash.get(cell_key, None)
+        cs = item.stash.get(live_cell_key, None)
         if cs is not None:
             cs.notes["compile_caches"] = [t.to_dict() for t in turns]
 

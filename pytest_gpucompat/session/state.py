@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,7 +16,7 @@ from ..machine import fingerprint as fpmod
 from ..machine.fingerprint import Fingerprint
 from ..options import Settings
 from ..report.record import NOT_COVERED as NOT_COVERED  # the plugin's skip reason of a cell that is not covered
-from ..workload.matrix import Cell
+from ..workload.matrix import MatrixCell
 from . import payload as cell_payload
 from .payload import json_safe as json_safe  # where the fixtures have always found it
 
@@ -25,15 +25,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class CellState:
-    """What the plugin knows about one collected cell; filled at collection, read by fixtures and reports. (Slots:
-    one per collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every
-    garbage collection walks.)
+class LiveCell:
+    """A collected test item's cell while the run goes on: the `MatrixCell` it runs, what the knowledge base decided
+    for it, and what is measured and noted as it runs; filled at collection, read by fixtures and reports, kept
+    under `live_cell_key`. Not the report's ``CellRecord`` (what the report says of the cell). (Slots: one per
+    collected cell, kept to the end of the run, and an instance ``__dict__`` is one more object that every garbage
+    collection walks.)
 
     Live values only: what the report says of them, and under which keys, is the payload's (session/payload.py,
     keyed by the fields of report/record.py's ``CellRecord``)."""
 
-    cell: Cell
+    cell: MatrixCell
     findings: tuple[Finding, ...] = ()
     decision: Decision | None = None
     not_covered: str | None = None
@@ -76,7 +78,10 @@ class CellState:
         return None if unchanged else cell_payload.join(fixed[2], live)
 
 
-cell_key = cast("pytest.StashKey[CellState]", cell_payload.CELL_KEY)  # the collector's key, typed for the plugin
+live_cell_key = pytest.StashKey[LiveCell]()
+"""Where a collected item keeps its `LiveCell` (the one key, under this one name): set at collection (plugin.py),
+read by the fixtures, each phase's report and the collector (a cell stopped in its setup, a worker's collected
+cells)."""
 
 
 @dataclass
@@ -104,8 +109,8 @@ class RunState:
             self._host = f"{host.name} ({host.summary()})"
         return {"what_if": str(self.settings.env), "host": self._host}
 
-    def evaluate(self, config: pytest.Config, cell: Cell, fingerprint: Fingerprint | None = None,
-                 measured: Mapping[str, Any] | None = None) -> CellState:
+    def evaluate(self, config: pytest.Config, cell: MatrixCell, fingerprint: Fingerprint | None = None,
+                 measured: Mapping[str, Any] | None = None) -> LiveCell:
         """The one evaluation of a cell (``kb.evaluate.evaluate_cell``: axes, matching rules, the findings that
         concern the cell, the default decision), then the ``pytest_gpucompat_decide`` hook. ``fingerprint`` (a fleet
         runner's, for the preview) defaults to this run's; ``measured`` holds facts of the cell's model that rules
@@ -113,7 +118,7 @@ class RunState:
         fp = fingerprint or self.fingerprint
         verdict = evaluate_cell(self.kb, fp, cell.engine, cell.params, axes=cell.axes,
                                 run_known_bad=self.run_known_bad, measured=measured)
-        state = CellState(cell=cell, findings=verdict.findings, not_covered=verdict.not_covered)
+        state = LiveCell(cell=cell, findings=verdict.findings, not_covered=verdict.not_covered)
         if verdict.not_covered:
             return state
         hook = config.hook.pytest_gpucompat_decide

@@ -29,9 +29,12 @@ MAX_CELLS = 100_000  # cells of one block: far above a real matrix, far below wh
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
-    """One combination: an engine, its launch parameters, and the fleet axes it is meant to run on. (Slots, and one
-    shared empty mapping for the cells of a block without axes: a matrix may hold 100,000 cells for the whole run.)"""
+class MatrixCell:
+    """A planned point of the matrix: an engine, its launch parameters, and the fleet axes it is meant to run on;
+    what a test's ``gpucompat_cell`` is. Not the item's state while it runs (``session.state.LiveCell``) nor what
+    the report says of it (``report.record.CellRecord``); public as ``pytest_gpucompat.MatrixCell`` and, by its
+    earlier name, ``pytest_gpucompat.Cell``. (Slots, and one shared empty mapping for the cells of a block without
+    axes: a matrix may hold 100,000 cells for the whole run.)"""
 
     engine: str
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -58,7 +61,7 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[Cell]:
+def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[MatrixCell]:
     """Cartesian product over engines, parameter values and axis values; order follows the data."""
     unknown = set(map(str, block)) - (_MARKER_KEYS - {"matrix"})
     if unknown:
@@ -91,7 +94,7 @@ def expand_block(block: Mapping[str, Any], source: str, where: str) -> list[Cell
     for engine in engines:
         for p_values in itertools.product(*(_as_list(params[n]) for n in p_names)):
             for a_values in itertools.product(*(_as_list(axes[n]) for n in a_names)):
-                cells.append(Cell(engine=str(engine), params=dict(zip(p_names, p_values)),
+                cells.append(MatrixCell(engine=str(engine), params=dict(zip(p_names, p_values)),
                                   axes=_NO_AXES if no_axes else {n: str(v) for n, v in zip(a_names, a_values)}))
     return cells
 
@@ -105,7 +108,7 @@ def _check_axis(axis: str, value: Any, source: str, where: str) -> None:
         raise InputError(source, where, str(exc)) from None
 
 
-def load_named_matrices(path: str | None = None) -> dict[str, tuple[Cell, ...]]:
+def load_named_matrices(path: str | None = None) -> dict[str, tuple[MatrixCell, ...]]:
     """The named matrices of ``path`` (default: ``matrices.yaml`` in the matrices directory, which
     ``GPUCOMPAT_MATRICES_DIR`` overrides); remembered per file version, so a changed directory or file is read."""
     file = Path(path) if path else matrices_dir() / "matrices.yaml"
@@ -113,7 +116,7 @@ def load_named_matrices(path: str | None = None) -> dict[str, tuple[Cell, ...]]:
 
 
 @lru_cache(maxsize=4)
-def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[Cell, ...]]:
+def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[MatrixCell, ...]]:
     if stamp is None:  # no such file
         return {}
     file = Path(source)
@@ -121,9 +124,9 @@ def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[Cell, ...]]
     matrices = data.get("matrices") if isinstance(data, Mapping) else None
     if not isinstance(matrices, Mapping):
         raise InputError(source, "matrices", "a mapping of matrix name -> list of blocks is required")
-    out: dict[str, tuple[Cell, ...]] = {}
+    out: dict[str, tuple[MatrixCell, ...]] = {}
     for name, blocks in matrices.items():
-        cells: list[Cell] = []
+        cells: list[MatrixCell] = []
         for i, block in enumerate(_as_list(blocks)):
             if not isinstance(block, Mapping):
                 raise InputError(source, f"matrices.{name}[{i}]", "must be a mapping")
@@ -132,7 +135,7 @@ def _load_named_matrices(source: str, stamp: Any) -> dict[str, tuple[Cell, ...]]
     return out
 
 
-def cells_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> list[Cell]:
+def cells_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> list[MatrixCell]:
     """``@pytest.mark.gpucompat(engine=..., params=..., axes=...)`` or ``(matrix="name")``; ``exclusive=True`` (the
     test has its GPU to itself when workers share GPUs, sharing.py) changes no cell."""
     unknown = set(kwargs) - _MARKER_KEYS - {"exclusive"}
