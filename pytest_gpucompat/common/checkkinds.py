@@ -109,8 +109,9 @@ class Chart:
     Kinds naming the same `chart` share it (one `style`; the title, caption, axis and unit of the first that gives
     them; their `metrics` in `rank` order); charts come in the order of their lowest `rank`. `style`:
 
-    * `against-limit`: one row per matrix row, one dot per runner: the first of `metrics` (shown figures with a
-      limit) that the cell recorded, as the share of its limit it uses (1: at the limit; `axis` says what it is);
+    * `against-limit`: one row per matrix row, one dot per runner: of `metrics` (shown figures with a limit), the
+      first the cell recorded in the order a cell shows them, as the share of its limit it uses (1: at the limit;
+      `axis` says what that share is);
     * `per-cycle`: one panel per name in `metrics`, a series a cell records per create/destroy cycle (in `unit`),
       one line per cell and runner, growth since cycle 1;
     * `per-engine`: one panel per metric, its median per engine version and runner with a min-max whisker;
