@@ -71,30 +71,78 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+def _touched(copy: Path) -> list[str]:
+    """The files of the package and matrices/ that the copy adds or changes."""
+    out = []
+    for folder in ("pytest_gpucompat", "matrices"):
+        for path in sorted((copy / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                original = ROOT / path.relative_to(copy)
+                if not original.is_file() or original.read_bytes() != path.read_bytes():
+                    out.append(path.relative_to(copy).as_posix())
+    return out
+
+
 def test_recipe_add_a_kind_of_check(copy: Path) -> None:
-    """As "Add a kind of check" says: the check module, one registration in common/metrics.py."""
-    (copy / "pytest_gpucompat" / "checks" / "p99.py").write_text(
-        '"""A made-up check.\n\nPYTEST_DONT_REWRITE\n"""\n\n\ndef run(*args: object) -> None:\n    return None\n\n\n'
-        'def limit(key: str, cell: object) -> tuple[float, str]:\n    return 2.0, "p99 limit"\n')
+    """As "Add a kind of check" says: the check module, one registration in common/metrics.py, one block of data;
+    its figure's text in a matrix cell, its limit and its chart come from the registration alone."""
+    (copy / "pytest_gpucompat" / "checks" / "p99.py").write_text('''"""A made-up check: p99 latency under a limit.
+
+PYTEST_DONT_REWRITE
+"""
+
+from typing import Any
+
+from ..common.inputs import load_file
+from ..common.paths import matrices_dir
+
+
+def run(*args: object) -> None:
+    return None
+
+
+def limit(key: str, cell: Any) -> tuple[float, str] | None:
+    limits = load_file(matrices_dir() / "matrices.yaml", "yaml").get("p99_limits", {})
+    return (float(limits[cell.engine]), "p99 limit") if cell.engine in limits else None
+''')
     anchor = "#: Every recorded figure"
     _edit(copy / "pytest_gpucompat" / "common" / "metrics.py", anchor, '''register(CheckKind(
     "p99", "p99 latency under a limit", run="pytest_gpucompat.checks.p99:run",
-    metrics=(Metric("p99_latency_s", "lower", "s", "p99", "99th percentile latency", tolerance=0.2),),
+    metrics=(Metric("p99_latency_s", "lower", "s", "p99", "99th percentile latency", tolerance=0.2,
+                    display=Display("p99 ", "duration")),),
     figures=(KeyFigure("p99_latency_s", "p99", "p99", 65),),
-    limits=(LimitSource("p99", "pytest_gpucompat.checks.p99:limit", "made up"),),
+    limits=(LimitSource("p99", "pytest_gpucompat.checks.p99:limit", "p99_limits in matrices.yaml"),),
+    charts=(Chart("p99", "against-limit", ("p99_latency_s",), "p99 latency against its limit", "One dot per cell.",
+                  "share of the limit used", rank=45),),
 ))
 
 ''' + anchor)
+    yaml = copy / "matrices" / "matrices.yaml"
+    yaml.write_text(yaml.read_text() + "\np99_limits: {hf: 2.0}\n")
     out = _run(copy, """
 from pytest_gpucompat.common.metrics import METRICS, KEY_FIGURES, markdown_table
-from pytest_gpucompat.report.figures import key_figures
+from pytest_gpucompat.report.charts import charts_section
+from pytest_gpucompat.report.figures import format_value, key_figures
+from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.record import CellRecord
-cell = CellRecord.from_dict({"nodeid": "s.py::t[hf]", "test": "t", "engine": "hf", "outcome": "passed",
-                             "metrics": {"p99_latency_s": 1.0}})
+cell = {"nodeid": "s.py::t[hf]", "test": "t", "engine": "hf", "outcome": "passed", "runner": "r",
+        "metrics": {"p99_latency_s": 1.0}}
+report = Report.from_dict({"schema_version": 1, "tool_version": "0", "created": "x", "runners": {"r": {}},
+                           "cells": [cell]})
+section = charts_section(report)
 print(METRICS["p99_latency_s"].better, "p99_latency_s" in markdown_table(), [f.metric for f in KEY_FIGURES][-2],
-      [(f.limit, f.used) for f in key_figures(cell)])
+      [(f.limit, f.used) for f in key_figures(CellRecord.from_dict(cell))])
+print(format_value("p99_latency_s", 0.012), "|", format_value("p99_latency_s", 1.5))
+print('data-chart="p99"' in section, section.count('class="pt"'), "p99 latency against its limit" in section)
 """)
-    assert out.split() == ["lower", "True", "p99_latency_s", "[(2.0,", "0.5)]"]
+    lines = out.splitlines()
+    assert lines[0].split() == ["lower", "True", "p99_latency_s", "[(2.0,", "0.5)]"]
+    assert lines[1:] == ["p99 12 ms | p99 1.5 s", "True 1 True"]
+    # one module + one register block + one matrix block: no renderer, no diff, no figure code is edited
+    assert _touched(copy) == ["pytest_gpucompat/checks/p99.py", "pytest_gpucompat/common/metrics.py",
+                              "matrices/matrices.yaml"]
+    assert (copy / "pytest_gpucompat" / "common" / "metrics.py").read_text().count("register(CheckKind(") == \
+        (PACKAGE / "common" / "metrics.py").read_text().count("register(CheckKind(") + 1
 
 
 def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:

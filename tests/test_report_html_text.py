@@ -51,7 +51,7 @@ def test_deviations_are_a_table_with_the_engines_defaults() -> None:
 def test_chart_labels_too_long_are_cut_with_an_ellipsis_and_kept_whole_in_their_tooltip():
     import re
 
-    from pytest_gpucompat.report.charts import performance_chart
+    from pytest_gpucompat.report.charts import chart_named
     from pytest_gpucompat.report.model import Report
 
     version = "0.26.0+cu129.nightly.20261204.gabcdef0123456789"
@@ -59,7 +59,7 @@ def test_chart_labels_too_long_are_cut_with_an_ellipsis_and_kept_whole_in_their_
                                "cells": [{"nodeid": "t.py::test_gen[vllm]", "engine": "vllm", "outcome": "passed",
                                           "runner": "r", "metrics": {"tokens_per_s": 10.0},
                                           "engine_info": {"version": version}}]})
-    svg = performance_chart(report)
+    svg = chart_named(report, "performance")
     label = f"vllm {version}"
     shown = re.search(r"<title>" + re.escape(label) + r"</title>([^<]*)</text>", svg)
     assert shown is not None, svg

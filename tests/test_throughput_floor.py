@@ -18,7 +18,7 @@ from pytest_gpucompat.checks.throughput_floor import (
     run_floor,
 )
 from pytest_gpucompat.common import checkkinds
-from pytest_gpucompat.common.checkkinds import CheckKind, KeyFigure, Metric
+from pytest_gpucompat.common.checkkinds import Chart, CheckKind, Display, KeyFigure, Metric
 from pytest_gpucompat.common.errors import InputError
 from pytest_gpucompat.common.metrics import KEY_FIGURES, METRICS, markdown_table
 
@@ -117,6 +117,42 @@ def test_a_kind_that_names_what_is_not_declared_is_refused() -> None:
         checkkinds.register(CheckKind("made-up", "x", (m,), (KeyFigure("x_made_up", "x", "nowhere"),)))
     with pytest.raises(ValueError, match="declared twice"):
         checkkinds.register(CheckKind("made-up", "x", (METRICS["tokens_per_s"],)))
+    assert "made-up" not in {k.name for k in checkkinds.kinds()}
+
+
+def test_its_figure_text_and_chart_come_from_its_declaration() -> None:
+    """No renderer names the floor: its matrix-cell text is its metric's `display`, its chart its kind's `charts`."""
+    from pytest_gpucompat.common.metrics import CHARTS
+    from pytest_gpucompat.report.charts import charts_section
+    from pytest_gpucompat.report.figures import format_value
+    from pytest_gpucompat.report.model import Report
+
+    assert (format_value(FIGURE, 12345.6), format_value(FIGURE, 81.24)) == ("12,346 tok/s", "81.2 tok/s")
+    assert [c.chart for c in CHARTS] == ["drift", "memory", "performance", "throughput-floor"]
+    cells = [{"nodeid": f"s.py::test_floor[{engine}]", "test": "s.py::test_floor", "engine": engine, "runner": "r",
+              "outcome": "passed" if value >= 100 else "failed", "metrics": {FIGURE: value, LIMIT: 100.0}}
+             for engine, value in (("hf", 400.0), ("vllm", 50.0), ("sglang", 0.0))]  # 0 tok/s: an infinite share
+    section = charts_section(Report.from_dict({"schema_version": 1, "tool_version": "0", "created": "x",
+                                               "runners": {"r": {}}, "cells": cells}))
+    assert 'data-chart="throughput-floor"' in section and 'data-chart="drift"' not in section
+    assert section.count('class="pt"') == 3 and "Throughput against its floor" in section
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    (CheckKind("made-up", "x", (Metric("x_made_up", "higher", "s", "s", "x", display=Display(style="%q")),)),
+     "no valid display style"),
+    (CheckKind("made-up", "x", (Metric("x_made_up", "higher", "s", "s", "x"),),
+               charts=(Chart("made-up", "against-limit", ("x_made_up",)),)), "no shown figure with a limit"),
+    (CheckKind("made-up", "x", (Metric("x_made_up", "higher", "s", "s", "x"),),
+               charts=(Chart("made-up", "per-engine", ("x_made_up",)),)), "one label per metric"),
+    (CheckKind("made-up", "x", (Metric("x_made_up", "higher", "s", "s", "x"),),
+               charts=(Chart("performance", "per-cycle", ("x_made_up",)),)), "is per-engine elsewhere"),
+    (CheckKind("made-up", "x", (Metric("x_made_up", "higher", "s", "s", "x"),), charts=(Chart("c", "per-cycle", ()),)),
+     "shows no metric"),
+])
+def test_a_display_or_chart_that_cannot_show_its_metric_is_refused(kind: CheckKind, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        checkkinds.register(kind)
     assert "made-up" not in {k.name for k in checkkinds.kinds()}
 
 

@@ -4,7 +4,8 @@ Floors are data, per GPU and engine, in the `throughput_floors` block of matrice
 whose `gpu` glob matches the runner's first GPU name (`cpu` on a runner without one) and that names the cell's
 engine gives the floor. Where no entry does, the cell is skipped with that reason rather than passed: a floor
 nobody set is no evidence of speed. Opt-in: a suite test of the matrix `throughput_floor` calls `run_floor`; the
-shipped suites do not. Its kind (figures, limit source) is declared once in `common.metrics` (`throughput_floor`).
+shipped suites do not. Its kind (figures, their cell text, limit source, chart) is declared once in
+`common.metrics` (`throughput_floor`).
 
 PYTEST_DONT_REWRITE
 """

@@ -14,7 +14,18 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from .checkkinds import CheckKind, KeyFigure, LimitSource, Metric, declared_figures, declared_metrics, register
+from .checkkinds import (
+    Chart,
+    CheckKind,
+    Display,
+    KeyFigure,
+    LimitSource,
+    Metric,
+    declared_charts,
+    declared_figures,
+    declared_metrics,
+    register,
+)
 
 SPREAD_SUFFIX = "_spread"
 
@@ -25,9 +36,10 @@ def spread_name(metric: str) -> str:
 
 
 def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summary: str, floor: float = 0.0,
-                 tolerance: float | None = None) -> tuple[Metric, Metric]:
+                 tolerance: float | None = None, display: Display | None = None) -> tuple[Metric, Metric]:
     return (
-        Metric(name, better, unit, "smoke", f"{summary}; median of the rounds", floor, tolerance),
+        Metric(name, better, unit, "smoke", f"{summary}; median of the rounds", floor, tolerance,
+               display or Display()),
         Metric(spread_name(name), "lower", "ratio", "smoke", f"(max - min) / median of `{name}` over the rounds"),
     )
 
@@ -35,9 +47,10 @@ def _with_spread(name: str, better: Literal["higher", "lower"], unit: str, summa
 def _golden(prefix: str, against: str) -> tuple[Metric, ...]:
     """The precision figures, measured against golden outputs recorded on another runner (checks/golden.py)."""
     gate = DRIFT_TOLERANCE if prefix == "golden_" else None
+    shown = Display("golden Δlp ", ".3g") if prefix == "golden_" else Display()  # the one a matrix cell shows
     return (
         Metric(f"{prefix}max_abs_logprob_delta", "lower", "nats", "golden", f"largest logprob difference to {against}",
-               DRIFT_FLOOR, gate),
+               DRIFT_FLOOR, gate, shown),
         Metric(f"{prefix}mean_abs_logprob_delta", "lower", "nats", "golden", f"mean logprob difference to {against}",
                DRIFT_FLOOR),
         Metric(f"{prefix}token_agreement", "higher", "fraction", "golden",
@@ -67,31 +80,40 @@ register(CheckKind(
     "smoke", "the engine starts and generates what was asked, finite and deterministic; its speed",
     metrics=(
     *_with_spread("tokens_per_s", "higher", "tokens/s", "generated tokens per second, 4 prompts x 16 tokens",
-                  tolerance=THROUGHPUT_TOLERANCE),
+                  tolerance=THROUGHPUT_TOLERANCE, display=Display(style="grouped", suffix=" tok/s")),
     *_with_spread("ttft_s", "lower", "s", "time to the first token of one prompt", floor=0.002,
-                  tolerance=THROUGHPUT_TOLERANCE),
+                  tolerance=THROUGHPUT_TOLERANCE, display=Display("TTFT ", "duration")),
     Metric("rounds", None, "count", "smoke", "measured rounds behind the medians (after one warm-up round)"),
     Metric("generate_s", "lower", "s", "smoke", "seconds of one 4 x 16 token generation; median of the rounds"),
     Metric("repeat_request_s", "lower", "s", "smoke", "seconds per repeat of an identical request"),
     ),
     figures=(KeyFigure("tokens_per_s", "tokens/s", None, 50), KeyFigure("ttft_s", "TTFT", None, 60)),
+    charts=(Chart("performance", "per-engine", ("tokens_per_s",), "Throughput and start time per engine version",
+                  "Bar: the median over the runner's cells of that engine; whisker: lowest to highest.",
+                  labels=("tokens/s",), rank=30),),
 ))
 register(CheckKind(
     "drift", "logprobs and greedy tokens against the float32 reference",
     run="pytest_gpucompat.checks.compare:verdict_drift",
     metrics=(
     Metric("max_abs_logprob_delta", "lower", "nats", "precision", "largest logprob difference to the reference",
-           DRIFT_FLOOR, DRIFT_TOLERANCE),
+           DRIFT_FLOOR, DRIFT_TOLERANCE, Display("Δlp ", ".3g")),
     Metric("mean_abs_logprob_delta", "lower", "nats", "precision", "mean logprob difference to the reference",
            DRIFT_FLOOR),
     Metric("token_agreement", "higher", "fraction", "precision", "greedy tokens equal to the reference's",
-           AGREEMENT_FLOOR, 0.0),
+           AGREEMENT_FLOOR, 0.0, Display("agree ", ".0f", 100, " %")),
     Metric("logprobs_close", "higher", "0/1", "precision", "1 when every prompt is logprobs-close"),
     Metric("attention_backend_known", None, "0/1", "precision", "1 when the engine said its attention backend"),
     ),
     figures=(KeyFigure("max_abs_logprob_delta", "max |Δlogprob|", "thresholds:max_abs_logprob_delta", 10),
              KeyFigure("token_agreement", "token agreement", "thresholds:min_token_agreement", 20)),
     limits=(_THRESHOLDS,),
+    charts=(Chart("drift", "against-limit", ("max_abs_logprob_delta", "token_agreement"),
+                  "Precision drift against the limit",
+                  "Each dot is one runner's cell; right of the red line is over the dtype's limit "
+                  "(matrices/thresholds.yaml).",
+                  "share of the dtype's limit used (max |Δlogprob|, or 1 − cosine against 1 − the minimum cosine)",
+                  rank=10),),
 ))
 register(CheckKind(
     "golden", "outputs against golden outputs recorded on another runner", run="pytest_gpucompat.checks.golden:judge",
@@ -102,21 +124,24 @@ register(CheckKind(
     ),
     figures=(KeyFigure("golden_max_abs_logprob_delta", "golden max |Δlogprob|", "thresholds:max_abs_logprob_delta",
                        30),),
+    charts=(Chart("drift", "against-limit", ("golden_max_abs_logprob_delta",), rank=10),),
 ))
 register(CheckKind(
     "embedding", "embeddings against the float32 reference", run="pytest_gpucompat.checks.compare:verdict_embeddings",
     metrics=(
     Metric("min_cosine", "higher", "cosine", "precision", "lowest embedding cosine with the reference", 0.001,
-           0.0),
+           0.0, Display("cos ", "near-one")),
     ),
     figures=(KeyFigure("min_cosine", "cosine", "thresholds:min_cosine", 40),),
+    charts=(Chart("drift", "against-limit", ("min_cosine",), rank=10),),
 ))
 register(CheckKind(
     "leak", "memory and processes across engine create/destroy cycles",
     run="pytest_gpucompat.checks.leaks:memory_verdict",
     metrics=(
     Metric("leak_mib_per_cycle", "lower", "MiB/cycle", "memory",
-           "steady memory growth per engine create/destroy, of the signal nearest its limit", 1.0, 0.0),
+           "steady memory growth per engine create/destroy, of the signal nearest its limit", 1.0, 0.0,
+           Display(style="+.2g", suffix=" MiB/cycle")),
     Metric("leak_limit_mib_per_cycle", None, "MiB/cycle", "memory", "the limit of that signal"),
     Metric("leaked_processes_per_cycle", "lower", "processes/cycle", "memory",
            "processes the engine started and left running, per cycle"),
@@ -140,6 +165,11 @@ register(CheckKind(
     ),
     figures=(KeyFigure("leak_mib_per_cycle", "leak", "leak", 70),),
     limits=(LimitSource("leak", "pytest_gpucompat.report.figures:leak_limit", "the memory suite's leak tolerance"),),
+    charts=(Chart("memory", "per-cycle",
+                  ("nvml_process_mib", "nvml_device_used_mib", "torch_reserved_mib", "host_rss_mib"),
+                  "Memory per create/destroy cycle",
+                  "One line per cell and runner, from cycle 1 (after the warm-up cycle; cycle 0 is before the first "
+                  "engine). A leak is a line that keeps climbing; hover a point for its MiB.", unit="MiB", rank=20),),
 ))
 register(CheckKind(
     "harness", "what the harness measures of every cell",
@@ -154,6 +184,7 @@ register(CheckKind(
            "seconds the cell's starts waited for another worker's first start of the same configuration to fill "
            "its compile caches (--gpucompat-workers-per-gpu; compile_caches says which)"),
     ),
+    charts=(Chart("performance", "per-engine", ("start_s",), labels=("engine start, s",), rank=31),),
 ))
 
 register(CheckKind(
@@ -162,13 +193,17 @@ register(CheckKind(
     metrics=(
         Metric("throughput_tokens_per_s", "higher", "tokens/s", "throughput_floor",
                "generated tokens per second under the throughput floor; median of the rounds",
-               tolerance=THROUGHPUT_TOLERANCE),
+               tolerance=THROUGHPUT_TOLERANCE, display=Display(style="grouped", suffix=" tok/s")),
         Metric("throughput_floor_tokens_per_s", None, "tokens/s", "throughput_floor",
                "the floor of this GPU and engine that figure was held to"),
     ),
     figures=(KeyFigure("throughput_tokens_per_s", "tokens/s floor", "floor", 55),),
     limits=(LimitSource("floor", "pytest_gpucompat.checks.throughput_floor:recorded_floor",
                         "the floor the cell recorded (matrices.yaml throughput_floors)"),),
+    charts=(Chart("throughput-floor", "against-limit", ("throughput_tokens_per_s",), "Throughput against its floor",
+                  "Each dot is one runner's cell; right of the red line is below the floor of its GPU and engine "
+                  "(matrices.yaml throughput_floors).",
+                  "share of the cell's tokens/s its floor takes (floor ÷ tokens/s: 1 is at the floor)", rank=40),),
 ))
 
 #: Every recorded figure, from the kinds of check declared above (common.checkkinds): name -> Metric.
@@ -176,6 +211,9 @@ METRICS: dict[str, Metric] = declared_metrics()
 
 #: In the order a cell shows them; a cell shows those it recorded (the suite decides which: see METRICS).
 KEY_FIGURES: tuple[KeyFigure, ...] = declared_figures()
+
+#: The HTML report's charts, in their order, each merged from the kinds that show a figure in it.
+CHARTS: tuple[Chart, ...] = declared_charts()
 
 
 def spread(values: Sequence[float]) -> float:

@@ -1,8 +1,12 @@
 """Inline SVG charts drawn from a report: no script, no library, nothing loaded.
 
-* drift: each precision cell's key drift figure as a share of its dtype's limit, one dot per runner;
-* memory: each memory metric per create/destroy cycle (a cell's `series`), one line per cell and runner;
-* throughput and start time per engine version and runner (median bar, min-max whisker).
+Which charts there are, and what each shows, the kinds of check declare (`Chart`, common.checkkinds; merged in
+metrics.CHARTS); this module draws their three styles:
+
+* against-limit (drift, throughput floor): each cell's first charted figure with a limit as the share of that limit
+  it uses, one dot per runner;
+* per-cycle (memory): each series a cell records per create/destroy cycle, one line per cell and runner;
+* per-engine (throughput and start time): a figure per engine version and runner (median bar, min-max whisker).
 
 Every chart is an `<svg class="chart" data-chart=... data-series=N data-points=M>`; each series is a `<g
 class="series" data-runner=...>` and each point a `.pt` element with a `<title>` (what a hover shows). Runners keep
@@ -19,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ..common.checkkinds import Chart
+from ..common.metrics import CHARTS, METRICS
 from .figures import key_figures
 from .merge import matrix_rows
 from .model import CellRecord, Report
 from .text import plain
 
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7a5195", "#1f2937")
-MEMORY_SERIES = ("nvml_process_mib", "nvml_device_used_mib", "torch_reserved_mib", "host_rss_mib")
 _FONT = 'font-family="system-ui,sans-serif"'
 
 
@@ -90,20 +95,21 @@ def _shared(cells: Sequence[CellRecord]) -> dict[str, dict[str, Any]]:
     return out
 
 
-# --- drift ---------------------------------------------------------------------------------------------------------
+# --- against-limit (drift, throughput floor) --------------------------------------------------------------------
 
 
-def drift_chart(report: Report) -> str:
-    """One row per precision cell, x = share of the dtype's limit (1 = the limit), one dot per runner."""
+def _against_limit(report: Report, chart: Chart) -> str:
+    """One row per matrix row with a charted figure, x = share of its limit used (1 = the limit), a dot per runner."""
     colours = runner_colours(report)
     runners = list(report.runners)
+    charted = set(chart.metrics)
     rows: list[tuple[CellRecord, dict[str, Any]]] = []
     for _nodeid, row in matrix_rows(report):
         dots = {}
         for name, cell in row.items():
-            drift = [f for f in key_figures(cell) if f.used is not None and f.key.limit != "leak"]
-            if drift:
-                dots[name] = drift[0]
+            shown = [f for f in key_figures(cell) if f.used is not None and f.key.metric in charted]
+            if shown:
+                dots[name] = shown[0]
         if dots:
             rows.append((next(iter(row.values())), dots))
     if not rows:
@@ -111,7 +117,7 @@ def drift_chart(report: Report) -> str:
     shared = _shared([cell for cell, _ in rows])
     label_w, plot_w, right, top, row_h = 400, 800, 50, 28, 18
     width, height = label_w + plot_w + right, top + row_h * len(rows) + 30
-    top_used = max(f.used for _, dots in rows for f in dots.values())
+    top_used = min(3.0, max(f.used for _, dots in rows for f in dots.values()))  # an infinite share is off the axis
     x_max = min(3.0, max(1.25, _nice_max(top_used)))
 
     def x(share: float) -> float:
@@ -127,8 +133,8 @@ def drift_chart(report: Report) -> str:
         text = "limit" if tick == 1 else f"{tick * 100:.0f} %"
         parts.append(f'<text x="{x(tick):.1f}" y="{top - 10}" text-anchor="middle" '
                      f'fill="{"#dc2626" if tick == 1 else "#64748b"}">{text}</text>')
-    parts.append(f'<text x="{label_w + plot_w / 2}" y="{height - 6}" text-anchor="middle" fill="#64748b">share of the '
-                 "dtype's limit used (max |Δlogprob|, or 1 − cosine against 1 − the minimum cosine)</text>")
+    parts.append(f'<text x="{label_w + plot_w / 2}" y="{height - 6}" text-anchor="middle" fill="#64748b">'
+                 f"{escape(chart.axis or 'share of the limit used', quote=False)}</text>")
     points = 0
     by_runner: dict[str, list[str]] = {name: [] for name in runners}
     for i, (cell, dots) in enumerate(rows):
@@ -153,17 +159,16 @@ def drift_chart(report: Report) -> str:
             points += 1
     series = [name for name in runners if by_runner[name]]
     parts += [f'<g class="series" data-runner="{_e(n)}">{"".join(by_runner[n])}</g>' for n in series]
-    svg = _svg("drift", width, height, len(series), points, "drift per cell against its limit", "".join(parts))
-    return _figure("drift", "Precision drift against the limit",
-                   "Each dot is one runner's cell; right of the red line is over the dtype's limit "
-                   "(matrices/thresholds.yaml).", svg + _legend(colours, series))
+    svg = _svg(chart.chart, width, height, len(series), points, f"{chart.chart} per cell against its limit",
+               "".join(parts))
+    return _figure(chart.chart, chart.title, chart.caption, svg + _legend(colours, series))
 
 
-# --- memory --------------------------------------------------------------------------------------------------------
+# --- per-cycle (memory) --------------------------------------------------------------------------------------------
 
 
-def _memory_panel(metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[float | None]]],
-                  colours: Mapping[str, str]) -> str:
+def _cycle_panel(chart: Chart, metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[float | None]]],
+                 colours: Mapping[str, str]) -> str:
     width, height, left, right, top, bottom = 300, 210, 46, 10, 22, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     cycles = max(len(s) for _, _, s in lines)
@@ -176,7 +181,8 @@ def _memory_panel(metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[f
     def y(v: float) -> float:
         return top + plot_h * (1 - (v - low) / (high - low))
 
-    parts = [f'<text x="{left}" y="14" font-weight="600" fill="#0f172a">{_e(metric)} (MiB over cycle 1)</text>',
+    parts = [f'<text x="{left}" y="14" font-weight="600" fill="#0f172a">{_e(metric)} ({_e(chart.unit)} over cycle 1)'
+             "</text>",
              f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#f8fafc" stroke="#e2e8f0"/>']
     for v in (low, (low + high) / 2, high):
         parts.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#64748b">{_fmt(v)}</text>')
@@ -193,7 +199,7 @@ def _memory_panel(metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[f
         path = " ".join(f"{x(i):.1f},{y(growth):.1f}" for i, _, growth in known)
         dots = "".join(
             f'<circle class="pt" cx="{x(i):.1f}" cy="{y(growth):.1f}" r="2.5" fill="{colours[runner]}">'
-            f"<title>{_e(runner)} · cycle {i}: {v:,.1f} MiB ({growth:+,.1f})</title></circle>"
+            f"<title>{_e(runner)} · cycle {i}: {v:,.1f} {_e(chart.unit)} ({growth:+,.1f})</title></circle>"
             for i, v, growth in known
         )
         points += len(known)
@@ -201,7 +207,7 @@ def _memory_panel(metric: str, lines: Sequence[tuple[str, CellRecord, Sequence[f
             f'<g class="series" data-runner="{_e(runner)}"><title>{_e(runner)} · {_e(cell.nodeid)}</title>'
             f'<polyline fill="none" stroke="{colours[runner]}" stroke-width="1.6" points="{path}"/>{dots}</g>'
         )
-    return _svg(f"memory-{metric}", width, height, len(lines), points, f"{metric} per cycle", "".join(parts))
+    return _svg(f"{chart.chart}-{metric}", width, height, len(lines), points, f"{metric} per cycle", "".join(parts))
 
 
 def _base(series: Sequence[float | None]) -> float | None:
@@ -209,26 +215,24 @@ def _base(series: Sequence[float | None]) -> float | None:
     return series[1] if len(series) > 1 else None
 
 
-def memory_chart(report: Report) -> str:
-    """One panel per memory metric with a series: x = create/destroy cycle (0: before the first engine)."""
+def _per_cycle(report: Report, chart: Chart) -> str:
+    """One panel per charted series a cell recorded: x = create/destroy cycle (0: before the first engine)."""
     colours = runner_colours(report)
     panels = []
     shown: list[str] = []
-    for metric in MEMORY_SERIES:
+    for metric in chart.metrics:
         lines = [(c.runner, c, c.series[metric]) for c in report.cells
                  if any(v is not None for v in c.series.get(metric, ()))]
         if lines:
-            panels.append(_memory_panel(metric, lines, colours))
+            panels.append(_cycle_panel(chart, metric, lines, colours))
             shown = list(dict.fromkeys([*shown, *(r for r, _, _ in lines)]))
     if not panels:
         return ""
-    return _figure("memory", "Memory per create/destroy cycle",
-                   "One line per cell and runner, from cycle 1 (after the warm-up cycle; cycle 0 is before the first "
-                   "engine). A leak is a line that keeps climbing; hover a point for its MiB.",
+    return _figure(chart.chart, chart.title, chart.caption,
                    f'<div class="panels">{"".join(panels)}</div>' + _legend(colours, shown))
 
 
-# --- throughput and start time --------------------------------------------------------------------------------------
+# --- per-engine (throughput and start time) -------------------------------------------------------------------------
 
 
 def engine_label(cell: CellRecord, fingerprint: Mapping[str, Any]) -> str:
@@ -305,19 +309,20 @@ def _bars(report: Report, metric: str, title: str, unit: str, colours: Mapping[s
     return _svg(metric, width, height, len(series), n_bars, title, "".join(parts))
 
 
-def performance_chart(report: Report) -> str:
-    """Tokens/s (higher is better) and engine start time (lower is better) per engine version and runner."""
+def _per_engine(report: Report, chart: Chart) -> str:
+    """Each charted figure per engine version and runner: `tokens/s (higher is better)`, in the metric's unit."""
     colours = runner_colours(report)
-    charts = [
-        _bars(report, "tokens_per_s", "tokens/s (higher is better)", "tokens/s", colours),
-        _bars(report, "start_s", "engine start, s (lower is better)", "s", colours),
-    ]
+    charts = []
+    for metric, label in zip(chart.metrics, chart.labels):
+        declared = METRICS.get(metric)
+        better = declared.better if declared is not None else None
+        title = f"{label} ({better} is better)" if better else label
+        charts.append(_bars(report, metric, title, declared.unit if declared is not None else "", colours))
     charts = [c for c in charts if c]
     if not charts:
         return ""
     names = [n for n in report.runners if any(c.runner == n and c.ran for c in report.cells)]
-    return _figure("performance", "Throughput and start time per engine version",
-                   "Bar: the median over the runner's cells of that engine; whisker: lowest to highest.",
+    return _figure(chart.chart, chart.title, chart.caption,
                    f'<div class="panels">{"".join(charts)}</div>' + _legend(colours, names))
 
 
@@ -326,8 +331,22 @@ def _figure(key: str, title: str, caption: str, body: str) -> str:
             f'<span class="muted">{_e(caption)}</span></figcaption>{body}</figure>')
 
 
+_STYLES = {"against-limit": _against_limit, "per-cycle": _per_cycle, "per-engine": _per_engine}
+
+
+def draw(report: Report, chart: Chart) -> str:
+    """A declared chart of `report` ("" when the report has nothing it shows)."""
+    return _STYLES[chart.style](report, chart)
+
+
+def chart_named(report: Report, name: str) -> str:
+    """The declared chart `name` (metrics.CHARTS) of `report`; "" when none is declared or it has nothing to show."""
+    found = next((c for c in CHARTS if c.chart == name), None)
+    return "" if found is None else draw(report, found)
+
+
 def charts_section(report: Report) -> str:
-    """Every chart the report has data for, in one section (saying so when none has any)."""
-    charts = [drift_chart(report), memory_chart(report), performance_chart(report)]
+    """Every declared chart the report has data for, in one section (saying so when none has any)."""
+    charts = [draw(report, chart) for chart in CHARTS]
     body = "".join(c for c in charts if c) or '<p class="muted">No figures in this report to chart.</p>'
     return f'<section id="charts"><h2>Charts</h2>{body}</section>'

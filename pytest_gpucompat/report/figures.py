@@ -5,8 +5,9 @@ A skipped cell's state is told apart by the start of its reason (the plugin writ
 says whether it has no GPU, too few GPUs or too little memory), `not covered here ...` (another runner's cell), `no
 GPU...` (a test that needs a GPU); any other skip is *unavailable* (engine not installed, unsupported). Matrix rows
 sort by their most serious cell (`row_rank`), in every renderer.
-A key figure (metrics.KEY_FIGURES) is coloured by its margin to its limit: the dtype's threshold from
-matrices/thresholds.yaml, or the memory suite's leak tolerance; throughput is shown plain. Pure: no page markup.
+A key figure (metrics.KEY_FIGURES) is written as its metric's declaration says (`Metric.display`) and coloured by its
+margin to the limit its kind declares (the dtype's threshold from matrices/thresholds.yaml, the memory suite's leak
+tolerance, a recorded throughput floor); a figure without one (throughput) is shown plain. Pure: no page markup.
 
 PYTEST_DONT_REWRITE
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..common.checkkinds import limit_source, load
+from ..common.checkkinds import Display, limit_source, load
 from ..common.metrics import KEY_FIGURES, METRICS, KeyFigure
 from .model import CellRecord
 
@@ -153,24 +154,11 @@ def _lower_is_better(key: KeyFigure) -> bool:
 
 
 def format_value(metric: str, value: float) -> str:
-    """Short text for a matrix cell: `0.121`, `98 %`, `0.99998`, `812 tok/s`, `12 ms`, `+0.03 MiB/cycle`."""
-    if metric == "token_agreement":
-        return f"agree {value * 100:.0f} %"
-    if metric == "min_cosine":
-        gap = 1.0 - value
-        digits = 3 if gap <= 0 else min(8, max(3, 1 - math.floor(math.log10(gap))))
-        return f"cos {value:.{digits}f}"
-    if metric == "tokens_per_s":
-        return f"{value:,.0f} tok/s" if value >= 100 else f"{value:.3g} tok/s"
-    if metric == "ttft_s":
-        return f"TTFT {value * 1000:.3g} ms" if value < 1 else f"TTFT {value:.3g} s"
-    if metric == "leak_mib_per_cycle":
-        return f"{value:+.2g} MiB/cycle"
-    if metric == "max_abs_logprob_delta":
-        return f"Δlp {value:.3g}"
-    if metric == "golden_max_abs_logprob_delta":
-        return f"golden Δlp {value:.3g}"
-    return f"{value:.4g}"
+    """Short text for a matrix cell, as the metric's kind declares it (`Metric.display`, common.checkkinds):
+    `Δlp 0.121`, `agree 98 %`, `cos 0.99998`, `812 tok/s`, `TTFT 12 ms`, `+0.03 MiB/cycle`; 4 significant digits
+    for a figure no kind declares."""
+    declared = METRICS.get(metric)
+    return (declared.display if declared is not None else Display()).text(value)
 
 
 def threshold_dtype(cell: CellRecord) -> str | None:
