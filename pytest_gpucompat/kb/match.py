@@ -13,6 +13,7 @@ import fnmatch
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -20,7 +21,8 @@ from packaging.version import Version
 
 from ..common.versions import matches, norm_value, normalize_package, parse_specifier, parse_version
 from ..machine.fingerprint import Fingerprint
-from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule
+from .describe import GPU_SPECIFIERS, condition_label
+from .schema import SPECIFIER_FIELDS, WEIGHTS_PARAM, Conditions, ParamCondition, Rule
 
 
 @dataclass(frozen=True)
@@ -204,20 +206,23 @@ class MachineCondition:
     known: Callable[[Facts], bool] = lambda f: True  # whether the fingerprint has the fact (``contradiction``)
 
 
+def version_condition(name: str, known: Callable[[Facts], bool] = lambda f: True) -> MachineCondition:
+    """The condition ``when.NAME``, one version specifier (``Conditions.NAME``), on the machine's version fact of the
+    same name (``Facts.NAME``; one it lacks does not hold)."""
+    condition, fact = attrgetter(name), attrgetter(name)
+
+    def holds(w: Conditions, value: Any) -> bool:
+        spec = condition(w)
+        return spec is not None and spec_holds(spec, value)
+
+    return MachineCondition(name, (name,), lambda w: condition(w) is not None, fact, vkey, holds, known)
+
+
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
-    MachineCondition("driver", ("driver",),
-                     lambda w: w.driver is not None, lambda f: f.driver, vkey,
-                     lambda w, v: w.driver is not None and spec_holds(w.driver, v)),
-    MachineCondition("cuda_driver", ("cuda_driver",),
-                     lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, vkey,
-                     lambda w, v: w.cuda_driver is not None and spec_holds(w.cuda_driver, v)),
-    MachineCondition("cuda_runtime", ("cuda_runtime",),
-                     lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, vkey,
-                     lambda w, v: w.cuda_runtime is not None and spec_holds(w.cuda_runtime, v)),
-    MachineCondition("gpu_count", ("gpu_count",),
-                     lambda w: w.gpu_count is not None, lambda f: f.gpu_count, vkey,
-                     lambda w, v: w.gpu_count is not None and spec_holds(w.gpu_count, v),
-                     known=lambda f: bool(f.gpus)),
+    version_condition("driver"),
+    version_condition("cuda_driver"),
+    version_condition("cuda_runtime"),
+    version_condition("gpu_count", known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
@@ -454,10 +459,9 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
             for g in fp.gpus
         )
         has.append(", ".join(gpus) or "no GPU")
-    for label, name, value in (("driver", "driver", fp.driver), ("CUDA driver", "cuda_driver", fp.cuda_driver),
-                               ("CUDA runtime", "cuda_runtime", fp.cuda_runtime)):
-        if getattr(w, name) is not None:
-            has.append(f"{label} {value or 'unknown'}")
+    for name in SPECIFIER_FIELDS:  # the driver, CUDA, and any other version fact: the fingerprint's field
+        if getattr(w, name) is not None and name not in GPU_SPECIFIERS:
+            has.append(f"{condition_label(name)} {getattr(fp, name, None) or 'unknown'}")
     if w.interconnect is not None:
         has.append(f"interconnect {fp.interconnect or 'unknown'}")
     if w.packages:
