@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -141,3 +142,94 @@ class Config:
 print(Settings.from_pytest(Config()).max_cells)
 """)
     assert out.strip() == "3"
+
+
+def _section(title: str) -> str:
+    """The text of one section of docs/extending.md, from its heading to the next."""
+    start = DOC.index(f"\n## {title}\n")
+    end = DOC.find("\n## ", start + 1)
+    return DOC[start:end if end != -1 else len(DOC)]
+
+
+_COUNTS = {"One": 1, "Two": 2, "Three": 3, "Four": 4, "Five": 5}
+
+
+def _files_said(section: str) -> tuple[int, list[str]]:
+    """What a recipe's first paragraph says it touches: its count ("Two files: ...") and the files it names."""
+    head = section.split("\n\n")[1]
+    count = re.match(r"(\w+) files?\b", head)
+    assert count is not None, f"docs/extending.md: the recipe does not open with its count of files: {head[:80]!r}"
+    return _COUNTS[count.group(1)], re.findall(r"`((?:pytest_gpucompat/|docs/)[\w/.]+)`", head)
+
+
+def _code_blocks(section: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _touched(copy: Path) -> set[str]:
+    """The files of the copy's package that differ from the tree's, or are new: what a recipe touched."""
+    out = set()
+    for path in (copy / "pytest_gpucompat").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            rel = path.relative_to(copy)
+            original = ROOT / rel
+            if not original.is_file() or original.read_bytes() != path.read_bytes():
+                out.add(str(rel))
+    return out
+
+
+def _cli(root: Path, *args: str, code: int = 0) -> str:
+    done = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", *args], cwd=root, capture_output=True,
+                          text=True, timeout=60, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin",
+                                                      "COLUMNS": "200"})
+    assert done.returncode == code, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
+
+
+def test_recipe_add_an_engine(copy: Path) -> None:
+    """As "Add an engine" says: the adapter module and one registration, both as the recipe writes them; then the
+    command lists the engine, rules name it, a marker's matrix parametrizes it and a run runs its cells."""
+    section = _section("Add an engine")
+    count, files = _files_said(section)
+    adapter, registration = _code_blocks(section)
+    name = re.search(r'name="(\w+)"', registration).group(1)  # type: ignore[union-attr]
+    (copy / "pytest_gpucompat" / "engines" / f"{name}.py").write_text(adapter)
+    registry = copy / "pytest_gpucompat" / "catalog" / "registry.py"
+    registry.write_text(registry.read_text() + "\n" + registration)
+    assert _touched(copy) == {f.replace("NAME", name) for f in files} and len(files) == count
+
+    assert f"{name}, or none" in _cli(copy, "rules", "--help")  # the engines rules may name
+    rules = copy / "rules.yaml"
+    rules.write_text(f"""rules:
+  - id: {name}-step-2-breaks
+    summary: step 2 breaks
+    severity: broken
+    failure: crash
+    confidence: upstream
+    sources: [{{kind: doc, ref: docs/extending.md}}]
+    engine: {name}
+    when: {{params: {{step: [2]}}}}
+""")
+    assert f"{name}-step-2-breaks" in _cli(copy, "rules", "--kb", str(rules), "--no-builtin-rules", "--engine", name)
+    model = copy / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 50}')
+    (copy / "test_new_engine.py").write_text(f"""
+import pytest
+
+@pytest.mark.gpucompat(engine="{name}", params={{"step": [1, 2, 3]}})
+def test_generate(gpucompat_cell, gpucompat_engine):
+    (out,) = gpucompat_engine.engine.generate([[5, 6, 48]], 3, 1)
+    assert gpucompat_engine.info.engine == "{name}" and out.token_ids[0] == (48 + gpucompat_cell.params["step"]) % 50
+""")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-rs",
+         "--gpucompat", "--gpucompat-model", str(model), "--gpucompat-kb", str(rules), "--gpucompat-report",
+         "r.json", "test_new_engine.py"],
+        cwd=copy, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    cells = {c["nodeid"].split("[")[1].rstrip("]").split("-", 1)[1]: c  # the model's name, then the engine's
+             for c in json.loads((copy / "r.json").read_text())["cells"]}
+    assert {k: c["outcome"] for k, c in cells.items()} == {
+        f"{name}-step=1": "passed", f"{name}-step=2": "skipped", f"{name}-step=3": "passed"}
+    assert cells[f"{name}-step=1"]["engine"] == name and f"{name}-step-2-breaks" in done.stdout
