@@ -229,12 +229,15 @@ def test_recipe_add_an_engine(copy: Path) -> None:
     model.mkdir()
     (model / "config.json").write_text('{"vocab_size": 50}')
     (copy / "test_new_engine.py").write_text(f"""
+import sys
+
 import pytest
 
 @pytest.mark.gpucompat(engine="{name}", params={{"step": [1, 2, 3]}})
 def test_generate(gpucompat_cell, gpucompat_engine):
     (out,) = gpucompat_engine.engine.generate([[5, 6, 48]], 3, 1)
     assert gpucompat_engine.info.engine == "{name}" and out.token_ids[0] == (48 + gpucompat_cell.params["step"]) % 50
+    assert "pytest_gpucompat.engines.{name}" not in sys.modules  # not in_process: the adapter runs in a child
 """)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-rs",
