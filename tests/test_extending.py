@@ -266,37 +266,18 @@ def test_the_rule_file_example_shows_every_condition() -> None:
     assert _example_when_keys(ROOT / "docs" / "knowledge-base.md") == _WHEN_KEYS
 
 
-_RULE_FIELD_RULES = """rules:
-  - id: new-field-problem
-    summary: a problem on the runners the new field names
-    severity: broken
-    failure: crash
-    confidence: upstream
-    sources: [{{kind: doc, ref: docs/extending.md}}]
-    when: {{{field}: ">=3.0"}}
-  - id: new-field-advice
-    summary: advice for the runners the new field names
-    severity: advice
-    failure: none
-    confidence: upstream
-    sources: [{{kind: doc, ref: docs/extending.md}}]
-    when: {{{field}: ">=3.12"}}
-  - id: new-field-elsewhere
-    summary: not on these runners
-    severity: broken
-    failure: crash
-    confidence: upstream
-    sources: [{{kind: doc, ref: docs/extending.md}}]
-    when: {{{field}: "<3.0"}}
-  - id: new-field-engine
-    summary: a rule of an engine, which lint checks against the engine's releases
-    severity: degraded
-    failure: slow
-    confidence: documents
-    sources: [{{kind: doc, ref: docs/extending.md}}]
-    engine: vllm
-    when: {{{field}: ">=3.0", packages: {{vllm: ">=0.10,<0.12"}}, params: {{enforce_eager: [true]}}}}
-"""
+def _rules_with(field: str) -> str:
+    """A rule file whose rules test `when.FIELD` (a version of the runner): a problem and advice where it is 3.12,
+    a problem where it is below 3, and an engine's rule that lint checks against the engine's releases."""
+    rules = [("new-field-problem", "broken", "crash", f'{field}: ">=3.0"', ""),
+             ("new-field-advice", "advice", "none", f'{field}: ">=3.12"', ""),
+             ("new-field-elsewhere", "broken", "crash", f'{field}: "<3.0"', ""),
+             ("new-field-engine", "degraded", "slow",
+              f'{field}: ">=3.0", packages: {{vllm: ">=0.10,<0.12"}}, params: {{enforce_eager: [true]}}', "vllm")]
+    return "rules:\n" + "".join(
+        f"  - {{id: {rid}, summary: {rid}, severity: {severity}, failure: {failure}, confidence: upstream,\n"
+        f"     sources: [{{kind: doc, ref: docs/extending.md}}], engine: {engine or 'null'}, when: {{{when}}}}}\n"
+        for rid, severity, failure, when, engine in rules)
 
 
 def test_recipe_add_a_rule_field(copy: Path) -> None:
@@ -333,7 +314,7 @@ def test_recipe_add_a_rule_field(copy: Path) -> None:
     assert _example_when_keys(example) == set(keys.split()) and field in keys.split()
 
     rules = copy / "rules.yaml"
-    rules.write_text(_RULE_FIELD_RULES.format(field=field))
+    rules.write_text(_rules_with(field))
     fingerprint = copy / "runner.yaml"
     fingerprint.write_text(f"name: runner\ndriver: '580.1'\n{field}: '3.12.3'\n")
     kb = ("--kb", str(rules), "--no-builtin-rules")
@@ -343,12 +324,12 @@ def test_recipe_add_a_rule_field(copy: Path) -> None:
     assert "new-field-elsewhere" not in out
     assert f"when: {field.replace('_', ' ')} <3.0" in _cli(copy, "rules", *kb, "new-field-elsewhere")
     assert "1 rules checked against the engines' release history" in _cli(copy, "rules", *kb, "--lint")
-    rules.write_text(_RULE_FIELD_RULES.format(field=field).replace('"<3.0"', '"three"', 1))
+    rules.write_text(_rules_with(field).replace('"<3.0"', '"three"', 1))
     done = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", "rules", *kb], cwd=copy, text=True,
                           capture_output=True, timeout=60, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
     assert done.returncode != 0 and "new-field-elsewhere" in done.stderr and f"when.{field}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    rules.write_text(_RULE_FIELD_RULES.format(field=field))
+    rules.write_text(_rules_with(field))
     agree = _run(copy, f"""
 from pytest_gpucompat.kb import Facts, load_kb, rule_matches
 from pytest_gpucompat.kb.index import matching_rules
