@@ -200,6 +200,16 @@ print(Settings.from_pytest(Config()).max_cells)
     assert out.strip() == "3"
 
 
+def test_the_descriptor_table_names_every_field() -> None:
+    """"Add an engine" documents each field of `EngineDescriptor`, and only those."""
+    from dataclasses import fields
+
+    from pytest_gpucompat.catalog.registry import EngineDescriptor
+
+    table = re.findall(r"^\| `(\w+)` \|", _section("Add an engine"), re.M)
+    assert sorted(table) == sorted(f.name for f in fields(EngineDescriptor))
+
+
 def test_recipe_add_an_engine(copy: Path) -> None:
     """As "Add an engine" says: the adapter module and one registration, both as the recipe writes them; then the
     command lists the engine, rules name it, a marker's matrix parametrizes it and a run runs its cells."""
