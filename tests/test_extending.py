@@ -291,31 +291,19 @@ def _rules_with(field: str) -> str:
 
 
 def test_recipe_add_a_rule_field(copy: Path) -> None:
-    """As "Add a rule field" says for a version condition: its field in kb/schema.py, its fact and its entry in
-    kb/match.py, its line in docs/knowledge-base.md; then a rule with it loads, matches and does not (the index
-    as the reference), lints, and `gpucompat check` and `gpucompat rules` say it."""
+    """As "Add a rule field" says for a version the fingerprint records: its field in kb/schema.py and its line in
+    docs/knowledge-base.md; then a rule with it loads, matches and does not (the index as the reference, and
+    `contradiction`), lints, and `gpucompat check` and `gpucompat rules` say it."""
     section = _section("Add a rule field")
     count, files = _files_said(section)
     field = re.search(r'`when\.(\w+): "', section).group(1)  # type: ignore[union-attr]
     package = copy / "pytest_gpucompat"
     (copy / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "knowledge-base.md", copy / "docs" / "knowledge-base.md")
-    steps = [  # (file, anchor, the recipe's line, added after the anchor)
-        (package / "kb" / "schema.py", "    env: tuple[tuple[str, tuple[str | None, ...], bool], ...] = ()\n",
-         f"{field}: SpecifierSet | None = None"),
-        (package / "kb" / "match.py", "    env: Mapping[str, str] = field(default_factory=dict)",
-         f"{field}: Version | None = None"),
-        (package / "kb" / "match.py", '        env=dict(getattr(fp, "env", None) or {}),\n',
-         f"{field}=_ver(fp.{field}),"),
-        (package / "kb" / "match.py", '    version_condition("cuda_runtime"),\n', f'version_condition("{field}"),'),
-    ]
-    for path, anchor, line in steps:
-        assert f"`{line}`" in section, f"docs/extending.md, Add a rule field: the recipe no longer says `{line}`"
-        text = path.read_text()
-        at = text.index(anchor)
-        end = text.index("\n", at) + 1
-        indent = re.match(r" *", anchor).group(0)  # type: ignore[union-attr]
-        _edit(path, text[at:end], text[at:end] + indent + line + "\n")
+    line = f"{field}: SpecifierSet | None = None"  # the recipe's one line of code
+    assert f"`{line}`" in section, f"docs/extending.md, Add a rule field: the recipe no longer says `{line}`"
+    anchor = "    env: tuple[tuple[str, tuple[str | None, ...], bool], ...] = ()\n"
+    _edit(package / "kb" / "schema.py", anchor, anchor + f"    {line}\n")
     example = copy / "docs" / "knowledge-base.md"
     anchor = '      cuda_runtime: ">=12.1,<12.2"              # CUDA version the installed stack was built for\n'
     _edit(example, anchor, anchor + f'      {field}: ">=3.13"' + " " * (34 - len(field)) + "# the runner's version\n")

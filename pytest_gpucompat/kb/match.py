@@ -32,9 +32,7 @@ class Facts:
     gpus: tuple[tuple[str, str | None, Version | None, Version | None], ...]  # name, arch, cc, memory
     gpu_count: Version
     interconnect: str | None
-    driver: Version | None
-    cuda_driver: Version | None
-    cuda_runtime: Version | None
+    versions: Mapping[str, Version | None]  # MACHINE_VERSIONS: the driver's, CUDA's, ... (None: not known)
     packages: Mapping[str, Version]
     installs: Mapping[str, bool | None] = field(default_factory=dict)  # engine -> complete (None: unknown)
     # every tracked package the machine has is listed (a fingerprint read from a machine, which records `installs`
@@ -69,9 +67,7 @@ def facts_of(fp: Fingerprint) -> Facts:
         ),
         gpu_count=parse_version(str(len(fp.gpus))),
         interconnect=fp.interconnect,
-        driver=_ver(fp.driver),
-        cuda_driver=_ver(fp.cuda_driver),
-        cuda_runtime=_ver(fp.cuda_runtime),
+        versions={name: _ver(getattr(fp, name)) for name in MACHINE_VERSIONS},
         packages=packages,
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
@@ -206,23 +202,32 @@ class MachineCondition:
     known: Callable[[Facts], bool] = lambda f: True  # whether the fingerprint has the fact (``contradiction``)
 
 
-def version_condition(name: str, known: Callable[[Facts], bool] = lambda f: True) -> MachineCondition:
-    """The condition ``when.NAME``, one version specifier (``Conditions.NAME``), on the machine's version fact of the
-    same name (``Facts.NAME``; one it lacks does not hold)."""
-    condition, fact = attrgetter(name), attrgetter(name)
+MACHINE_VERSIONS: tuple[str, ...] = tuple(name for name in SPECIFIER_FIELDS if name not in GPU_SPECIFIERS)
+"""The version conditions on a version the fingerprint records in a field of the same name (``driver``,
+``cuda_driver``, ``cuda_runtime``): each is read once into ``Facts.versions`` and judged by its
+``version_condition``, so such a condition is its ``Conditions`` field alone (docs/extending.md, "Add a rule
+field")."""
+
+
+def version_condition(name: str, fact: Callable[[Facts], Any] | None = None,
+                      known: Callable[[Facts], bool] = lambda f: True) -> MachineCondition:
+    """The condition ``when.NAME``, one version specifier (``Conditions.NAME``), on a version of the machine:
+    ``Facts.versions[NAME]`` unless ``fact`` says where it is (one it lacks does not hold)."""
+    condition = attrgetter(name)
+
+    def version(f: Facts) -> Version | None:
+        return f.versions[name]
 
     def holds(w: Conditions, value: Any) -> bool:
         spec = condition(w)
         return spec is not None and spec_holds(spec, value)
 
-    return MachineCondition(name, (name,), lambda w: condition(w) is not None, fact, vkey, holds, known)
+    return MachineCondition(name, (name,), lambda w: condition(w) is not None, fact or version, vkey, holds, known)
 
 
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
-    version_condition("driver"),
-    version_condition("cuda_driver"),
-    version_condition("cuda_runtime"),
-    version_condition("gpu_count", known=lambda f: bool(f.gpus)),
+    *(version_condition(name) for name in MACHINE_VERSIONS),
+    version_condition("gpu_count", attrgetter("gpu_count"), known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
@@ -459,9 +464,9 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
             for g in fp.gpus
         )
         has.append(", ".join(gpus) or "no GPU")
-    for name in SPECIFIER_FIELDS:  # the driver, CUDA, and any other version fact: the fingerprint's field
-        if getattr(w, name) is not None and name not in GPU_SPECIFIERS:
-            has.append(f"{condition_label(name)} {getattr(fp, name, None) or 'unknown'}")
+    for name in MACHINE_VERSIONS:  # the driver, CUDA, and any other version the fingerprint records
+        if getattr(w, name) is not None:
+            has.append(f"{condition_label(name)} {getattr(fp, name) or 'unknown'}")
     if w.interconnect is not None:
         has.append(f"interconnect {fp.interconnect or 'unknown'}")
     if w.packages:
@@ -504,8 +509,8 @@ def axis_mismatch(axes: Mapping[str, str], fp: Fingerprint) -> str | None:
                 if not any(matches(spec, cc) for cc in ccs):
                     return f"compute capability {value} (this runner: {', '.join(map(str, ccs)) or 'none'})"
                 continue
-            have = getattr(facts, axis)
-            if have is None or not matches(spec, have):
+            version = facts.versions[axis]
+            if version is None or not matches(spec, version):
                 return f"{axis} {value} (this runner: {getattr(fp, axis) or 'none'})"
             continue
         package = normalize_package(axis)
