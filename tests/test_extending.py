@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pytest_gpucompat"
@@ -71,16 +73,53 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def _touched(copy: Path) -> list[str]:
-    """The files of the package and matrices/ that the copy adds or changes."""
-    out = []
-    for folder in ("pytest_gpucompat", "matrices"):
-        for path in sorted((copy / folder).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                original = ROOT / path.relative_to(copy)
-                if not original.is_file() or original.read_bytes() != path.read_bytes():
-                    out.append(path.relative_to(copy).as_posix())
+def _section(title: str) -> str:
+    """The text of one section of docs/extending.md, from its heading to the next."""
+    start = DOC.index(f"\n## {title}\n")
+    end = DOC.find("\n## ", start + 1)
+    return DOC[start:end if end != -1 else len(DOC)]
+
+
+_COUNTS = {"One": 1, "Two": 2, "Three": 3, "Four": 4, "Five": 5}
+
+
+def _count_said(section: str, what: str = "files") -> int:
+    """How many files (or edits) a recipe says it takes: its first "Two files" ("Four edits")."""
+    found = re.search(rf"\b({'|'.join(_COUNTS)})\s+{what[:-1]}s?\b", section)
+    assert found is not None, f"docs/extending.md: the recipe does not say how many {what} it takes"
+    return _COUNTS[found.group(1)]
+
+
+def _files_said(section: str) -> tuple[int, list[str]]:
+    """What a recipe's first paragraph says it touches: its count ("Two files: ...") and the files it names."""
+    head = section.split("\n\n")[1]
+    assert re.match(r"\w+ files?\b", head), f"docs/extending.md: the recipe does not open with its count: {head[:80]!r}"
+    return _count_said(head), re.findall(r"`((?:pytest_gpucompat/|docs/)[\w/.-]+)`", head)
+
+
+def _code_blocks(section: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _touched(copy: Path) -> set[str]:
+    """The files of the copy's package, matrices and docs that differ from the tree's, or are new: what a recipe
+    touched."""
+    out = set()
+    for path in (p for folder in ("pytest_gpucompat", "matrices", "docs") for p in (copy / folder).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            rel = path.relative_to(copy)
+            original = ROOT / rel
+            if not original.is_file() or original.read_bytes() != path.read_bytes():
+                out.add(str(rel))
     return out
+
+
+def _cli(root: Path, *args: str, code: int = 0) -> str:
+    done = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", *args], cwd=root, capture_output=True,
+                          text=True, timeout=60, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin",
+                                                      "COLUMNS": "200"})
+    assert done.returncode == code, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
 
 
 def test_recipe_add_a_kind_of_check(copy: Path) -> None:
@@ -139,8 +178,9 @@ print('data-chart="p99"' in section, section.count('class="pt"'), "p99 latency a
     assert lines[0].split() == ["lower", "True", "p99_latency_s", "[(2.0,", "0.5)]"]
     assert lines[1:] == ["p99 12 ms | p99 1.5 s", "True 1 True"]
     # one module + one register block + one matrix block: no renderer, no diff, no figure code is edited
-    assert _touched(copy) == ["pytest_gpucompat/checks/p99.py", "pytest_gpucompat/common/metrics.py",
-                              "matrices/matrices.yaml"]
+    assert _touched(copy) == {"pytest_gpucompat/checks/p99.py", "pytest_gpucompat/common/metrics.py",
+                              "matrices/matrices.yaml"}
+    assert _count_said(_section("Add a kind of check")) == 2
     assert (copy / "pytest_gpucompat" / "common" / "metrics.py").read_text().count("register(CheckKind(") == \
         (PACKAGE / "common" / "metrics.py").read_text().count("register(CheckKind(") + 1
 
@@ -160,6 +200,8 @@ def test_recipe_add_a_report_format(copy: Path, tmp_path: Path) -> None:
                f"'--tsv', {str(target)!r}]))")
     lines = target.read_text().splitlines()
     assert lines and all(line.count("\t") == 1 for line in lines)
+    assert _touched(copy) == {"pytest_gpucompat/report/tsv.py", "pytest_gpucompat/report/cli.py"}
+    assert _count_said(_section("Add a report format")) == 2
 
 
 def test_recipe_add_an_option(copy: Path) -> None:
@@ -174,6 +216,9 @@ def test_recipe_add_an_option(copy: Path) -> None:
     ]
     for old, new in edits:
         _edit(copy / "pytest_gpucompat" / "options.py", old, new)
+    section = _section("Add an option")
+    assert _touched(copy) == {"pytest_gpucompat/options.py"} and "all in `options.py`" in section
+    assert _count_said(section, "edits") == len(edits)
     out = _run(copy, """
 import argparse
 from pytest_gpucompat.options import PYTEST, Settings, add_options
@@ -189,3 +234,148 @@ class Config:
 print(Settings.from_pytest(Config()).max_cells)
 """)
     assert out.strip() == "3"
+
+
+def test_the_descriptor_table_names_every_field() -> None:
+    """"Add an engine" documents each field of `EngineDescriptor`, and only those."""
+    from dataclasses import fields
+
+    from pytest_gpucompat.catalog.registry import EngineDescriptor
+
+    table = re.findall(r"^\| `(\w+)` \|", _section("Add an engine"), re.M)
+    assert sorted(table) == sorted(f.name for f in fields(EngineDescriptor))
+
+
+def test_recipe_add_an_engine(copy: Path) -> None:
+    """As "Add an engine" says: the adapter module and one registration, both as the recipe writes them; then the
+    command lists the engine, rules name it, a marker's matrix parametrizes it and a run runs its cells."""
+    section = _section("Add an engine")
+    count, files = _files_said(section)
+    adapter, registration = _code_blocks(section)
+    name = re.search(r'name="(\w+)"', registration).group(1)  # type: ignore[union-attr]
+    (copy / "pytest_gpucompat" / "engines" / f"{name}.py").write_text(adapter)
+    registry = copy / "pytest_gpucompat" / "catalog" / "registry.py"
+    registry.write_text(registry.read_text() + "\n" + registration)
+    assert _touched(copy) == {f.replace("NAME", name) for f in files} and len(files) == count
+
+    assert f"{name}, or none" in _cli(copy, "rules", "--help")  # the engines rules may name
+    rules = copy / "rules.yaml"
+    rules.write_text(f"""rules:
+  - id: {name}-step-2-breaks
+    summary: step 2 breaks
+    severity: broken
+    failure: crash
+    confidence: upstream
+    sources: [{{kind: doc, ref: docs/extending.md}}]
+    engine: {name}
+    when: {{params: {{step: [2]}}}}
+""")
+    assert f"{name}-step-2-breaks" in _cli(copy, "rules", "--kb", str(rules), "--no-builtin-rules", "--engine", name)
+    model = copy / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 50}')
+    (copy / "test_new_engine.py").write_text(f"""
+import sys
+
+import pytest
+
+@pytest.mark.gpucompat(engine="{name}", params={{"step": [1, 2, 3]}})
+def test_generate(gpucompat_cell, gpucompat_engine):
+    (out,) = gpucompat_engine.engine.generate([[5, 6, 48]], 3, 1)
+    assert gpucompat_engine.info.engine == "{name}" and out.token_ids[0] == (48 + gpucompat_cell.params["step"]) % 50
+    assert "pytest_gpucompat.engines.{name}" not in sys.modules  # not in_process: the adapter runs in a child
+""")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-rs",
+         "--gpucompat", "--gpucompat-model", str(model), "--gpucompat-kb", str(rules), "--gpucompat-report",
+         "r.json", "test_new_engine.py"],
+        cwd=copy, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    cells = {c["nodeid"].split("[")[1].rstrip("]").split("-", 1)[1]: c  # the model's name, then the engine's
+             for c in json.loads((copy / "r.json").read_text())["cells"]}
+    assert {k: c["outcome"] for k, c in cells.items()} == {
+        f"{name}-step=1": "passed", f"{name}-step=2": "skipped", f"{name}-step=3": "passed"}
+    assert cells[f"{name}-step=1"]["engine"] == name and f"{name}-step-2-breaks" in done.stdout
+
+
+def _example_when_keys(kb_doc: Path) -> set[str]:
+    """The `when` keys of docs/knowledge-base.md's rule file example."""
+    text = kb_doc.read_text()
+    block = re.search(r"## A rule file\n\n```yaml\n(.*?)```", text, re.S)
+    assert block is not None, "docs/knowledge-base.md: the rule file example moved"
+    return set(yaml.safe_load(block.group(1))["rules"][0]["when"])
+
+
+def test_the_rule_file_example_shows_every_condition() -> None:
+    from pytest_gpucompat.kb.load import _WHEN_KEYS
+
+    assert _example_when_keys(ROOT / "docs" / "knowledge-base.md") == _WHEN_KEYS
+
+
+def _rules_with(field: str) -> str:
+    """A rule file whose rules test `when.FIELD` (a version of the runner): a problem and advice where it is 3.12,
+    a problem where it is below 3, and an engine's rule that lint checks against the engine's releases."""
+    rules = [("new-field-problem", "broken", "crash", f'{field}: ">=3.0"', ""),
+             ("new-field-advice", "advice", "none", f'{field}: ">=3.12"', ""),
+             ("new-field-elsewhere", "broken", "crash", f'{field}: "<3.0"', ""),
+             ("new-field-engine", "degraded", "slow",
+              f'{field}: ">=3.0", packages: {{vllm: ">=0.10,<0.12"}}, params: {{enforce_eager: [true]}}', "vllm")]
+    return "rules:\n" + "".join(
+        f"  - {{id: {rid}, summary: {rid}, severity: {severity}, failure: {failure}, confidence: upstream,\n"
+        f"     sources: [{{kind: doc, ref: docs/extending.md}}], engine: {engine or 'null'}, when: {{{when}}}}}\n"
+        for rid, severity, failure, when, engine in rules)
+
+
+def test_recipe_add_a_rule_field(copy: Path) -> None:
+    """As "Add a rule field" says for a version the fingerprint records: its field in kb/schema.py and its line in
+    docs/knowledge-base.md; then a rule with it loads, matches and does not (the index as the reference, and
+    `contradiction`), lints, and `gpucompat check` and `gpucompat rules` say it."""
+    section = _section("Add a rule field")
+    count, files = _files_said(section)
+    field = re.search(r'`when\.(\w+): "', section).group(1)  # type: ignore[union-attr]
+    package = copy / "pytest_gpucompat"
+    (copy / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "knowledge-base.md", copy / "docs" / "knowledge-base.md")
+    line = f"{field}: SpecifierSet | None = None"  # the recipe's one line of code
+    assert f"`{line}`" in section, f"docs/extending.md, Add a rule field: the recipe no longer says `{line}`"
+    anchor = "    env: tuple[tuple[str, tuple[str | None, ...], bool], ...] = ()\n"
+    _edit(package / "kb" / "schema.py", anchor, anchor + f"    {line}\n")
+    example = copy / "docs" / "knowledge-base.md"
+    anchor = '      cuda_runtime: ">=12.1,<12.2"              # CUDA version the installed stack was built for\n'
+    _edit(example, anchor, anchor + f'      {field}: ">=3.13"' + " " * (34 - len(field)) + "# the runner's version\n")
+    assert _touched(copy) == set(files) and len(files) == count
+    keys = _run(copy, "from pytest_gpucompat.kb.load import _WHEN_KEYS; print(' '.join(sorted(_WHEN_KEYS)))")
+    assert _example_when_keys(example) == set(keys.split()) and field in keys.split()
+
+    rules = copy / "rules.yaml"
+    rules.write_text(_rules_with(field))
+    fingerprint = copy / "runner.yaml"
+    fingerprint.write_text(f"name: runner\ndriver: '580.1'\n{field}: '3.12.3'\n")
+    kb = ("--kb", str(rules), "--no-builtin-rules")
+    out = _cli(copy, "check", "--env", str(fingerprint), *kb, code=0)
+    assert "new-field-problem" in out and f"this runner: {field.replace('_', ' ')} 3.12.3" in out
+    assert "new-field-advice" in out and f"when: {field.replace('_', ' ')} >=3.12" in out
+    assert "new-field-elsewhere" not in out
+    assert f"when: {field.replace('_', ' ')} <3.0" in _cli(copy, "rules", *kb, "new-field-elsewhere")
+    assert "1 rules checked against the engines' release history" in _cli(copy, "rules", *kb, "--lint")
+    rules.write_text(_rules_with(field).replace('"<3.0"', '"three"', 1))
+    done = subprocess.run([sys.executable, "-m", "pytest_gpucompat.cli", "rules", *kb], cwd=copy, text=True,
+                          capture_output=True, timeout=60, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0 and "new-field-elsewhere" in done.stderr and f"when.{field}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    rules.write_text(_rules_with(field))
+    agree = _run(copy, f"""
+from pytest_gpucompat.kb import Facts, load_kb, rule_matches
+from pytest_gpucompat.kb.index import matching_rules
+from pytest_gpucompat.kb.match import contradiction
+from pytest_gpucompat.machine.fingerprint import Fingerprint
+kb = load_kb([{str(rules)!r}], builtin=False)
+for version in ("3.12.3", "2.7.18", "4.0", None):
+    fp = Fingerprint(name="r", {field}=version)
+    reference = [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), None, {{}})]
+    assert [r.id for r in matching_rules(kb, fp)] == reference, (version, reference)
+    print(version, ",".join(reference) or "-", contradiction(kb.rules[0], Facts.of(fp), None, {{}}))
+""")
+    assert agree.splitlines() == [
+        "3.12.3 new-field-problem,new-field-advice None", "2.7.18 new-field-elsewhere when." + field,
+        "4.0 new-field-problem,new-field-advice None", "None - None"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 
 from ..common.versions import matches, parse_version
-from .schema import Conditions, ParamCondition, Rule
+from .schema import SPECIFIER_FIELDS, Conditions, ParamCondition, Rule
 
 
 def describe_when(rule: Rule) -> str:
@@ -49,6 +49,16 @@ def _gpu_count(spec: SpecifierSet) -> str:
     return f"{shown} GPU{'' if shown == '1' else 's'} visible"
 
 
+_LABELS = {"cuda_driver": "CUDA driver", "cuda_runtime": "CUDA runtime"}
+GPU_SPECIFIERS = ("gpu_count", "compute_capability", "gpu_memory_mib")  # said with the GPU conditions
+
+
+def condition_label(name: str) -> str:
+    """How a condition on a machine fact is named in words: ``CUDA driver`` for ``cuda_driver``; a field without a
+    label of its own by its name (``when.python`` as ``python``)."""
+    return _LABELS.get(name, name.replace("_", " "))
+
+
 def _machine(w: Conditions) -> list[str]:
     parts: list[str] = []
     if w.gpu_count is not None:
@@ -63,9 +73,10 @@ def _machine(w: Conditions) -> list[str]:
         parts.append(f"GPU memory {_spec(w.gpu_memory_mib)} MiB")
     if w.interconnect is not None:
         parts.append(f"interconnect {w.interconnect}")
-    for label, spec in (("driver", w.driver), ("CUDA driver", w.cuda_driver), ("CUDA runtime", w.cuda_runtime)):
-        if spec is not None:
-            parts.append(f"{label} {_spec(spec)}")
+    for name in SPECIFIER_FIELDS:  # the driver, CUDA, and any other version fact of the machine
+        spec = getattr(w, name)
+        if spec is not None and name not in GPU_SPECIFIERS:
+            parts.append(f"{condition_label(name)} {_spec(spec)}")
     return parts
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from packaging.specifiers import SpecifierSet
 
@@ -32,6 +33,7 @@ from .schema import (
     MODEL_SHAPE,
     SEVERITIES,
     SOURCE_KINDS,
+    SPECIFIER_FIELDS,
     Conditions,
     FlagFact,
     KnowledgeBase,
@@ -44,9 +46,9 @@ from .signatures import compile_signature
 _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
               "flags", "confidence", "claims", "note", "sources", "bounds"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
-_WHEN_KEYS = {"gpu", "arch", "compute_capability", "gpu_count", "gpu_memory_mib", "interconnect", "driver",
-              "cuda_driver", "cuda_runtime", "packages", "params", "model", "needs", "install", "model_shape",
-              "env"}
+_WHEN_KEYS = {f.name for f in fields(Conditions)} - {"needs_gpus", "needs_memory"} | {"needs", "model_shape"}
+"""A rule's ``when`` keys: the fields of ``Conditions``, but ``needs`` for the two needs fields and ``model_shape``,
+read into ``params``."""
 _NEEDS_KEYS = {"gpus", "gpu_memory_mib"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _CLAIM = re.compile(r"^S\d{2,3}$")
@@ -350,13 +352,8 @@ def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditio
         env=_env_conditions(raw.get("env"), fail),
         gpu=tuple(g.lower() for g in _str_list(raw.get("gpu"), fail, "when.gpu")),
         arch=tuple(a.lower() for a in _str_list(raw.get("arch"), fail, "when.arch")),
-        compute_capability=spec("compute_capability"),
-        gpu_count=spec("gpu_count"),
-        gpu_memory_mib=spec("gpu_memory_mib"),
+        **cast("dict[str, Any]", {name: spec(name) for name in SPECIFIER_FIELDS}),  # each a specifier, parsed alike
         interconnect=interconnect,
-        driver=spec("driver"),
-        cuda_driver=spec("cuda_driver"),
-        cuda_runtime=spec("cuda_runtime"),
         packages=tuple(parsed_packages),
         params=tuple(parsed_params),
         model=tuple(m.lower() for m in _str_list(raw.get("model"), fail, "when.model")),

@@ -13,6 +13,7 @@ import fnmatch
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -20,7 +21,8 @@ from packaging.version import Version
 
 from ..common.versions import matches, norm_value, normalize_package, parse_specifier, parse_version
 from ..machine.fingerprint import Fingerprint
-from .schema import WEIGHTS_PARAM, Conditions, ParamCondition, Rule
+from .describe import GPU_SPECIFIERS, condition_label
+from .schema import SPECIFIER_FIELDS, WEIGHTS_PARAM, Conditions, ParamCondition, Rule
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,7 @@ class Facts:
     gpus: tuple[tuple[str, str | None, Version | None, Version | None], ...]  # name, arch, cc, memory
     gpu_count: Version
     interconnect: str | None
-    driver: Version | None
-    cuda_driver: Version | None
-    cuda_runtime: Version | None
+    versions: Mapping[str, Version | None]  # MACHINE_VERSIONS: the driver's, CUDA's, ... (None: not known)
     packages: Mapping[str, Version]
     installs: Mapping[str, bool | None] = field(default_factory=dict)  # engine -> complete (None: unknown)
     # every tracked package the machine has is listed (a fingerprint read from a machine, which records `installs`
@@ -67,9 +67,7 @@ def facts_of(fp: Fingerprint) -> Facts:
         ),
         gpu_count=parse_version(str(len(fp.gpus))),
         interconnect=fp.interconnect,
-        driver=_ver(fp.driver),
-        cuda_driver=_ver(fp.cuda_driver),
-        cuda_runtime=_ver(fp.cuda_runtime),
+        versions={name: _ver(getattr(fp, name)) for name in MACHINE_VERSIONS},
         packages=packages,
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
@@ -204,20 +202,32 @@ class MachineCondition:
     known: Callable[[Facts], bool] = lambda f: True  # whether the fingerprint has the fact (``contradiction``)
 
 
+MACHINE_VERSIONS: tuple[str, ...] = tuple(name for name in SPECIFIER_FIELDS if name not in GPU_SPECIFIERS)
+"""The version conditions on a version the fingerprint records in a field of the same name (``driver``,
+``cuda_driver``, ``cuda_runtime``): each is read once into ``Facts.versions`` and judged by its
+``version_condition``, so such a condition is its ``Conditions`` field alone (docs/extending.md, "Add a rule
+field")."""
+
+
+def version_condition(name: str, fact: Callable[[Facts], Any] | None = None,
+                      known: Callable[[Facts], bool] = lambda f: True) -> MachineCondition:
+    """The condition ``when.NAME``, one version specifier (``Conditions.NAME``), on a version of the machine:
+    ``Facts.versions[NAME]`` unless ``fact`` says where it is (one it lacks does not hold)."""
+    condition = attrgetter(name)
+
+    def version(f: Facts) -> Version | None:
+        return f.versions[name]
+
+    def holds(w: Conditions, value: Any) -> bool:
+        spec = condition(w)
+        return spec is not None and spec_holds(spec, value)
+
+    return MachineCondition(name, (name,), lambda w: condition(w) is not None, fact or version, vkey, holds, known)
+
+
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
-    MachineCondition("driver", ("driver",),
-                     lambda w: w.driver is not None, lambda f: f.driver, vkey,
-                     lambda w, v: w.driver is not None and spec_holds(w.driver, v)),
-    MachineCondition("cuda_driver", ("cuda_driver",),
-                     lambda w: w.cuda_driver is not None, lambda f: f.cuda_driver, vkey,
-                     lambda w, v: w.cuda_driver is not None and spec_holds(w.cuda_driver, v)),
-    MachineCondition("cuda_runtime", ("cuda_runtime",),
-                     lambda w: w.cuda_runtime is not None, lambda f: f.cuda_runtime, vkey,
-                     lambda w, v: w.cuda_runtime is not None and spec_holds(w.cuda_runtime, v)),
-    MachineCondition("gpu_count", ("gpu_count",),
-                     lambda w: w.gpu_count is not None, lambda f: f.gpu_count, vkey,
-                     lambda w, v: w.gpu_count is not None and spec_holds(w.gpu_count, v),
-                     known=lambda f: bool(f.gpus)),
+    *(version_condition(name) for name in MACHINE_VERSIONS),
+    version_condition("gpu_count", attrgetter("gpu_count"), known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
                      lambda w, v: v == w.interconnect),
@@ -454,10 +464,9 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
             for g in fp.gpus
         )
         has.append(", ".join(gpus) or "no GPU")
-    for label, name, value in (("driver", "driver", fp.driver), ("CUDA driver", "cuda_driver", fp.cuda_driver),
-                               ("CUDA runtime", "cuda_runtime", fp.cuda_runtime)):
+    for name in MACHINE_VERSIONS:  # the driver, CUDA, and any other version the fingerprint records
         if getattr(w, name) is not None:
-            has.append(f"{label} {value or 'unknown'}")
+            has.append(f"{condition_label(name)} {getattr(fp, name) or 'unknown'}")
     if w.interconnect is not None:
         has.append(f"interconnect {fp.interconnect or 'unknown'}")
     if w.packages:
@@ -500,8 +509,8 @@ def axis_mismatch(axes: Mapping[str, str], fp: Fingerprint) -> str | None:
                 if not any(matches(spec, cc) for cc in ccs):
                     return f"compute capability {value} (this runner: {', '.join(map(str, ccs)) or 'none'})"
                 continue
-            have = getattr(facts, axis)
-            if have is None or not matches(spec, have):
+            version = facts.versions[axis]
+            if version is None or not matches(spec, version):
                 return f"{axis} {value} (this runner: {getattr(fp, axis) or 'none'})"
             continue
         package = normalize_package(axis)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_type_hints
 
 from packaging.specifiers import SpecifierSet
 
@@ -86,6 +86,11 @@ class Conditions:
 
 
 NO_CONDITIONS = Conditions()
+SPECIFIER_FIELDS: tuple[str, ...] = tuple(name for name, hint in get_type_hints(Conditions).items()
+                                          if hint == SpecifierSet | None)
+"""The conditions that are one version specifier (``when.driver: ">=580"``), in field order: the loader parses
+each of them as one and ``describe_when`` says each; a new one is its field here (docs/extending.md, "Add a rule
+field")."""
 
 
 @dataclass(frozen=True)
