@@ -41,8 +41,8 @@ TESTS = (
     "tests/test_core_boundaries.py", "tests/test_kb_evaluate.py", "tests/test_rules.py", "tests/test_signatures.py",
     "tests/test_kb_boundaries.py", "tests/test_knowledge_base.py", "tests/test_check_output.py", "tests/test_leaks.py",
     "tests/test_memory.py", "tests/test_compare.py", "tests/test_diff_compare.py", "tests/test_diff_coverage.py",
-    "tests/test_diff_gate.py", "tests/test_cross_runner.py", "tests/test_report.py", "tests/test_record_schema.py",
-    "tests/test_history_data.py", "tests/test_matrix_expansion.py",
+    "tests/test_diff_gate.py", "tests/test_diff_verdicts.py", "tests/test_cross_runner.py", "tests/test_report.py",
+    "tests/test_record_schema.py", "tests/test_history_data.py", "tests/test_matrix_expansion.py",
 )
 KILLED = {"killed", "timeout", "caught by type check"}
 
