@@ -444,3 +444,38 @@ def test_no_samples_at_all() -> None:
     verdict = memory_verdict([])
     assert not verdict.leaked and verdict.message("hf") == "hf: no leak (no signal could be measured)"
     assert verdict.foreign_note() is None
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    # the slope exactly at the threshold over every cycle: no leak, and no jump either
+    ([0, 1, 2, 3], "no leak: host_rss_mib: slope +1.00 MiB/cycle over 4 cycles (threshold 1), 3/3 cycles did not "
+                   "shrink, +3.0 MiB in total"),
+    # exactly at the threshold over the latest five cycles, below it over all nine
+    ([0, 0, 0, 0, 0, 1, 2, 3, 4], "no leak: host_rss_mib: slope +0.50 MiB/cycle over 9 cycles (threshold 1), 8/8 "
+                                  "cycles did not shrink, +4.0 MiB in total"),
+])
+def test_a_slope_at_the_threshold_is_no_growth(values: list[float], message: str) -> None:
+    verdict = leak_verdict(host(values), "host_rss_mib", warmup=0, threshold_mib_per_cycle=1.0)
+    assert not verdict.leaked and verdict.message.startswith(message)
+
+
+def test_too_few_samples_say_which_signal_and_how_many() -> None:
+    verdict = leak_verdict(host([0, 10, 20]), "host_rss_mib")
+    assert (verdict.metric, verdict.cycles, verdict.leaked, verdict.slope_mib_per_cycle) == ("host_rss_mib", 2, False,
+                                                                                             None)
+    assert verdict.message == "host_rss_mib: not enough samples after warm-up (2; need 3) to judge a trend"
+
+
+def test_every_signal_is_named_in_the_verdict() -> None:
+    both = memory_verdict(series(host_rss_mib=[0, 10, 20, 30, 40], nvml_process_mib=[0, 5, 10, 15, 20]))
+    assert both.message("hf").count("; ") == 1 and both.message("hf").startswith("hf leaks: ")
+    neither = memory_verdict(series(host_rss_mib=[7, 7, 7, 7, 7], nvml_process_mib=[3, 3, 3, 3, 3]))
+    text = neither.message("hf")
+    assert text.startswith("hf: no leak (no leak: ") and text.count("; no leak: ") == 1
+
+
+def test_flat_device_memory_beside_other_processes_is_said_as_flat() -> None:
+    rows = with_others(series(nvml_process_mib=[0, 712, 712, 712, 712, 712],
+                              nvml_device_used_mib=[900, 900, 900, 900, 900, 900]), FOREIGN[:1])
+    assert memory_verdict(rows).foreign_note() == (
+        "not the engine's: device +0.0 MiB/cycle; held by pid 4321 (python neighbour.py) 900 MiB, other")
