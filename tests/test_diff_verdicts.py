@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucompat.report.diff import DiffResult, Threshold, diff_reports, parse_threshold, stale_rules
+from pytest_gpucompat.report.diff import Change, DiffResult, Threshold, diff_reports, parse_threshold, stale_rules
 from pytest_gpucompat.report.model import Report
 from pytest_gpucompat.report.record import CellRecord
 
@@ -447,3 +447,36 @@ def test_an_identical_run_is_clean() -> None:
     both = rep(cell(metrics={"tokens_per_s": 1000.0}), cell("failed", nodeid=M))
     result = diff_reports(both, both, [parse_threshold("tokens_per_s:-10%")])
     assert result.clean and not result.regressed and result.compared == 2
+
+
+# --- every change names its cell whole -------------------------------------------------------------------------
+
+def test_each_change_names_its_cell_runner_and_kind() -> None:
+    moved = diff_reports(rep(cell(), cell("failed", nodeid=M), cell(nodeid="t::x", reruns=0)),
+                         rep(cell("error", reason="E"), cell(nodeid=M), cell(nodeid="t::x", reruns=1)))
+    assert moved.regressions == (Change(N, N, "r1", "outcome", "passed", "error", detail="E"),)
+    assert moved.improvements == (Change(M, M, "r1", "outcome", "failed", "passed"),)
+    assert moved.outcome_changes == (Change("t::x", "t::x", "r1", "outcome", "passed", "passed (flaky)",
+                                            detail="flaky: passed on attempt 2"),)
+    other = diff_reports(rep(cell("failed")), rep(cell("error", reason="E")))
+    assert other.outcome_changes == (Change(N, N, "r1", "outcome", "failed", "error", detail="E"),)
+    figure = figures({"tokens_per_s": 1000.0}, {"tokens_per_s": 800.0}, "tokens_per_s:-10%")
+    assert figure.regressions == (Change(N, N, "r1", "metric", "1000", "800",
+                                         detail="-20.0%, worse: threshold tokens_per_s:-10%", metric="tokens_per_s"),)
+
+
+def test_a_key_the_diff_did_not_name_is_its_own_name() -> None:
+    result = diff_reports(rep(cell()), rep(cell()))
+    assert result.name("no such cell") == "no such cell" and result.name(N) != N
+
+
+def test_a_figure_missing_on_one_side_does_not_stop_the_other_thresholds() -> None:
+    result = figures({"tokens_per_s": 1000.0, "ttft_s": 0.1}, {"tokens_per_s": 500.0}, "ttft_s:+10%",
+                     "tokens_per_s:-10%")
+    assert [c.metric for c in result.regressions] == ["tokens_per_s"]
+
+
+def test_a_regression_beyond_the_noise_does_not_say_within() -> None:
+    result = figures({"tokens_per_s": 1000.0, "tokens_per_s_spread": 0.1}, {"tokens_per_s": 750.0},
+                     "tokens_per_s:-10%")
+    assert [c.detail for c in result.regressions] == ["-25.0%, worse: threshold tokens_per_s:-10%"]
