@@ -269,6 +269,8 @@ def test_no_pair_compared_has_no_worst_place() -> None:
     (-math.inf, -1.0, math.inf),
     (-1.0, -math.inf, math.inf),
     (math.nan, math.nan, math.inf),
+    (math.nan, -1.0, math.inf),   # not a number on one side: as far apart as can be
+    (-1.0, math.nan, math.inf),
 ])
 def test_a_non_finite_logprob_is_the_same_only_as_itself(a: float, b: float, delta: float) -> None:
     m = compare_generations([gen([1], [{1: a}])], [gen([1], [{1: b}])], top_n=1)
@@ -460,3 +462,27 @@ def test_loosest_takes_each_limit_at_its_looser_value() -> None:
     both = loosest({"require_logprobs_close": True}, {"require_logprobs_close": 1})
     assert both == {"require_logprobs_close": True} and both["require_logprobs_close"] is True
     assert loosest({"min_cosine": 0.9, "x": 1}, {"min_cosine": 0.8, "x": 2}) == {"min_cosine": 0.8, "x": 1}
+
+
+def test_what_the_comparison_refuses_says_why() -> None:
+    with pytest.raises(ValueError, match=r"^top_n must be >= 1$"):
+        compare_generations([REF], [REF], top_n=0)
+    with pytest.raises(ValueError, match=r"^unknown threshold keys: a, b$"):
+        verdict_drift(compare_generations([REF], [REF], 1), {"b": 1, "a": 2, "min_cosine": 0.9})
+    with pytest.raises(ValueError) as exc:
+        thresholds_for("auto", DEFAULT_THRESHOLDS)
+    assert str(exc.value) == ("no thresholds for dtype 'auto': use the dtype the engine reported it ran "
+                              "(RunInfo.dtype)")
+
+
+def test_a_thresholds_file_that_is_not_yaml_or_too_long_a_value_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "t.yaml"
+    broken.write_text("float32: [1\n")
+    with pytest.raises(ValueError) as exc:
+        load_thresholds(broken)
+    assert str(exc.value).startswith(f"{broken}: invalid YAML") and "\n" not in str(exc.value)
+    long = tmp_path / "l.yaml"
+    long.write_text("float32:\n  min_cosine: '" + "x" * 100 + "'\n")
+    with pytest.raises(ValueError) as exc:
+        load_thresholds(long)
+    assert str(exc.value) == f"{long}: field 'float32.min_cosine': must be a number, not '" + "x" * 39
