@@ -480,3 +480,15 @@ def test_a_regression_beyond_the_noise_does_not_say_within() -> None:
     result = figures({"tokens_per_s": 1000.0, "tokens_per_s_spread": 0.1}, {"tokens_per_s": 750.0},
                      "tokens_per_s:-10%")
     assert [c.detail for c in result.regressions] == ["-25.0%, worse: threshold tokens_per_s:-10%"]
+
+
+def test_a_diff_restricted_to_one_runner_keys_by_nodeid() -> None:
+    base = diff_reports(rep(cell(runner="r1"), cell(runner="r2")), rep(cell("failed", runner="r1")))
+    assert changes(base) == {"regressions": [(N, "passed", "failed")]}
+    current = diff_reports(rep(cell(runner="r1")), rep(cell("failed", runner="r1"), cell(runner="r2")))
+    assert changes(current) == {"regressions": [(N, "passed", "failed")]}
+
+
+def test_the_default_tolerances_gate_by_default() -> None:
+    result = diff_reports(rep(cell(metrics={"tokens_per_s": 1000.0})), rep(cell(metrics={"tokens_per_s": 500.0})))
+    assert [c.detail for c in result.regressions] == ["-50.0%, worse: threshold tokens_per_s:-25% (default)"]
