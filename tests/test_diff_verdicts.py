@@ -492,3 +492,16 @@ def test_a_diff_restricted_to_one_runner_keys_by_nodeid() -> None:
 def test_the_default_tolerances_gate_by_default() -> None:
     result = diff_reports(rep(cell(metrics={"tokens_per_s": 1000.0})), rep(cell(metrics={"tokens_per_s": 500.0})))
     assert [c.detail for c in result.regressions] == ["-50.0%, worse: threshold tokens_per_s:-25% (default)"]
+
+
+def test_each_lost_coverage_names_its_cell_runner_and_kind() -> None:
+    gate = [parse_threshold("tokens_per_s:-10%")]
+    base = rep(cell(runner="r1", metrics={"tokens_per_s": 1000.0}), cell(runner="r1", nodeid=M),
+               cell(runner="r1", nodeid="t::gone"))
+    current = rep(cell(runner="r1"), cell("skipped", runner="r1", nodeid=M, reason="no GPU"))
+    assert diff_reports(base, current, gate).lost == (
+        Change(N, N, "r1", "metric", "1000", "not recorded", detail="a gated figure this cell had",
+               metric="tokens_per_s"),
+        Change(M, M, "r1", "coverage", "passed", "skipped", detail="no GPU"),
+        Change("t::gone", "t::gone", "r1", "coverage", "passed", "absent", detail="the cell is not in this run"),
+    )
