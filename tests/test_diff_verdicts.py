@@ -505,3 +505,26 @@ def test_each_lost_coverage_names_its_cell_runner_and_kind() -> None:
         Change(M, M, "r1", "coverage", "passed", "skipped", detail="no GPU"),
         Change("t::gone", "t::gone", "r1", "coverage", "passed", "absent", detail="the cell is not in this run"),
     )
+
+
+def test_a_new_or_extra_failing_cell_is_named_whole() -> None:
+    new = diff_reports(rep(cell()), rep(cell(), cell("failed", nodeid=M, reason="E")))
+    assert new.regressions == (Change(M, M, "r1", "outcome", "absent", "failed", detail="E"),)
+    extra = diff_reports(rep(cell(runner="r1")), rep(cell(runner="r1"), cell("error", runner="r2", reason="E")))
+    assert extra.regressions == (Change(f"r2: {N}", N, "r2", "outcome", "absent (a runner the baseline has not)",
+                                        "error", detail="E"),)
+
+
+def test_a_finding_another_baseline_cell_had_is_new_on_this_cell() -> None:
+    base = rep(cell(findings=[finding("f")]), cell(nodeid=M))
+    result = diff_reports(base, rep(cell(findings=[finding("f")]), cell(nodeid=M, findings=[finding("f")])))
+    assert [(f.key, f.finding_id) for f in result.new_broken] == [(M, "f")]
+
+
+@pytest.mark.parametrize(("after", "spread", "verdict"), [
+    (1500.0, None, "better"), (500.0, None, "regressed"), (750.0, 0.3, "within noise"), (1000.0, None, "same"),
+])
+def test_the_compare_table_takes_each_threshold_verdict(after: float, spread: float | None, verdict: str) -> None:
+    before = {"tokens_per_s": 1000.0, **({"tokens_per_s_spread": spread} if spread else {})}
+    result = figures(before, {"tokens_per_s": after}, "tokens_per_s:-10%")
+    assert [(row.key, row.metric, row.verdict) for row in result.rows] == [(N, "tokens_per_s", verdict)]
