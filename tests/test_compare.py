@@ -222,6 +222,7 @@ def test_every_figure_of_a_comparison() -> None:
     assert first.reference_token_in_candidate_top is True and first.candidate_token_in_reference_top is True
     assert not first.length_mismatch and second.length_mismatch and second.index == 1
     assert (second.first_divergence, second.reference_token_in_candidate_top) == (None, None)
+    assert second.candidate_token_in_reference_top is None
     assert second.max_abs_logprob_delta == 0.0 and second.worst_position == 0
 
 
@@ -358,7 +359,10 @@ def test_every_problem_is_named_in_one_line() -> None:
     far = compare_generations([gen([1, 2], [{1: -0.1}, {2: -0.1}])], [gen([1, 9], [{1: -0.9}, {9: -0.1}])], top_n=1)
     ok, message = verdict_drift(far, {"max_abs_logprob_delta": 0.1, "min_token_agreement": 0.9,
                                       "require_logprobs_close": True})
-    assert not ok and message.count("; ") == 2 and "\n" not in message
+    assert not ok and message == (
+        "drift: max |dlogprob| 0.8 > 0.1 (prompt 0, position 0); token agreement 50.0% < 90.0%; prompt 0 diverges "
+        "at position 1 with reference token not in candidate top-N and candidate token not in reference top-N "
+        "(top-1) [50.0% of 2 tokens agree, 0/1 prompts identical, max |dlogprob| 0.8]")
 
 
 @pytest.mark.parametrize(("limit", "passed"), [(0.9, True), (0.9000001, False)])
@@ -389,7 +393,7 @@ def test_cosine_of_each_side_zero_and_its_clamp() -> None:
 @pytest.mark.parametrize(("dtype", "key"), [
     ("FP8", "fp8"), ("fp8_e5m2", "fp8"), ("float8_e4m3fn", "fp8"), ("e4m3", "fp8"), ("E5M2", "fp8"),
     (" torch.bfloat16 ", "bfloat16"), ("TF32", "float32"), ("half", "float16"), ("int4", "int4"),
-    ("e4m3x", "e4m3x"),
+    ("e4m3x", "e4m3x"), ("torch.float8_e4m3fn", "fp8"), ("Torch.FP8", "fp8"),
 ])
 def test_thresholds_key(dtype: str, key: str) -> None:
     assert thresholds_key(dtype) == key
@@ -486,3 +490,17 @@ def test_a_thresholds_file_that_is_not_yaml_or_too_long_a_value_is_named(tmp_pat
     with pytest.raises(ValueError) as exc:
         load_thresholds(long)
     assert str(exc.value) == f"{long}: field 'float32.min_cosine': must be a number, not '" + "x" * 39
+
+
+def test_positions_past_the_shorter_generation_are_not_compared() -> None:
+    """Even where both sides carry logprobs for them (an engine that returned one step more than its tokens)."""
+    ref = gen([1, 2], [{1: -0.1}, {2: -0.1}, {3: -0.1}])
+    cand = gen([1, 2, 3], [{1: -0.1}, {2: -0.1}, {3: -5.0}])
+    m = compare_generations([ref], [cand], top_n=1)
+    assert m.logprob_pairs == 2 and m.max_abs_logprob_delta == 0.0
+
+
+def test_a_thresholds_file_is_yaml_whatever_its_name(tmp_path: Path) -> None:
+    named = tmp_path / "thresholds.json"
+    named.write_text("float32:\n  min_cosine: 0.9\n")
+    assert load_thresholds(named)["float32"]["min_cosine"] == 0.9
