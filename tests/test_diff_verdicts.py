@@ -528,3 +528,27 @@ def test_the_compare_table_takes_each_threshold_verdict(after: float, spread: fl
     before = {"tokens_per_s": 1000.0, **({"tokens_per_s_spread": spread} if spread else {})}
     result = figures(before, {"tokens_per_s": after}, "tokens_per_s:-10%")
     assert [(row.key, row.metric, row.verdict) for row in result.rows] == [(N, "tokens_per_s", verdict)]
+
+
+def test_names_carry_the_runner_where_cells_are_keyed_by_it() -> None:
+    both = diff_reports(rep(cell(runner="r1"), cell(runner="r2")), rep(cell(runner="r1"), cell(runner="r2")))
+    assert {key: name.runner for key, name in both.names.items()} == {f"r1: {N}": "r1", f"r2: {N}": "r2"}
+    extra = diff_reports(rep(cell(runner="r1")), rep(cell(runner="r1"), cell("failed", runner="r2", reason=LONG)))
+    assert {key: name.runner for key, name in extra.names.items()} == {N: "", f"r2: {N}": "r2"}
+    assert extra.regressions[0].detail == ("first line " + "x" * 400)[:300]
+
+
+def test_the_header_names_both_runs_and_what_differs_between_them() -> None:
+    current = Report(runners={"r1": {"name": "r1", "driver": "580"}}, cells=(cell(),))
+    result = diff_reports(rep(cell()), current, sources=("base.json", "cur.json"))
+    assert result.runs is not None
+    assert [(side.source, side.runners, side.cells) for side in result.runs] == [
+        ("base.json", ("r1",), 1), ("cur.json", ("r1",), 1)]
+    assert [(e.what, e.before, e.after) for e in result.environment] == [("driver", "absent", "580")]
+
+
+def test_a_rule_skipped_by_the_stale_check_does_not_hide_the_next() -> None:
+    xpassed = cell("xpassed", rules=("annot", "up"), findings=[finding("annot", action="annotate"), finding("up")])
+    passed = cell("passed", nodeid=M, rules=("known", "claim"),
+                  findings=[finding("known"), finding("claim", confidence="documents")])
+    assert [s.rule_id for s in stale_rules(rep(xpassed, passed))] == ["up", "claim"]
