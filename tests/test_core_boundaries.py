@@ -571,3 +571,10 @@ NO_MEMORY = GPU(index=0, name="NVIDIA H200", architecture="hopper", compute_capa
 ])
 def test_every_fleet_axis_is_checked(axes: dict[str, str], fp: Fingerprint, not_covered: str | None) -> None:
     assert evaluate_cell(KnowledgeBase(rules=()), fp, "vllm", {}, axes=axes).not_covered == not_covered
+
+
+def test_a_package_nobody_listed_is_unknown_not_absent() -> None:
+    from pytest_gpucompat.kb.match import UNKNOWN, package_fact
+
+    assert package_fact(Facts.of(Fingerprint()), "vllm") is UNKNOWN and repr(UNKNOWN) == "UNKNOWN"
+    assert str(package_fact(Facts.of(Fingerprint(packages={"sglang": "0.5.1"})), "sglang")) == "0.5.1"
