@@ -23,6 +23,7 @@ from pytest_gpucompat.kb import (
     matching_rules,
     parse_rule,
 )
+from pytest_gpucompat.kb.match import Facts, contradiction
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 from pytest_gpucompat.machine.installs import EngineInstall
 from pytest_gpucompat.report.diff import diff_reports, parse_threshold
@@ -444,3 +445,136 @@ def test_no_samples_at_all() -> None:
     verdict = memory_verdict([])
     assert not verdict.leaked and verdict.message("hf") == "hf: no leak (no signal could be measured)"
     assert verdict.foreign_note() is None
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    # the slope exactly at the threshold over every cycle: no leak, and no jump either
+    ([0, 1, 2, 3], "no leak: host_rss_mib: slope +1.00 MiB/cycle over 4 cycles (threshold 1), 3/3 cycles did not "
+                   "shrink, +3.0 MiB in total"),
+    # exactly at the threshold over the latest five cycles, below it over all nine
+    ([0, 0, 0, 0, 0, 1, 2, 3, 4], "no leak: host_rss_mib: slope +0.50 MiB/cycle over 9 cycles (threshold 1), 8/8 "
+                                  "cycles did not shrink, +4.0 MiB in total"),
+])
+def test_a_slope_at_the_threshold_is_no_growth(values: list[float], message: str) -> None:
+    verdict = leak_verdict(host(values), "host_rss_mib", warmup=0, threshold_mib_per_cycle=1.0)
+    assert not verdict.leaked and verdict.message.startswith(message)
+
+
+def test_too_few_samples_say_which_signal_and_how_many() -> None:
+    verdict = leak_verdict(host([0, 10, 20]), "host_rss_mib")
+    assert (verdict.metric, verdict.cycles, verdict.leaked, verdict.slope_mib_per_cycle) == ("host_rss_mib", 2, False,
+                                                                                             None)
+    assert verdict.message == "host_rss_mib: not enough samples after warm-up (2; need 3) to judge a trend"
+
+
+def test_every_signal_is_named_in_the_verdict() -> None:
+    both = memory_verdict(series(host_rss_mib=[0, 10, 20, 30, 40], nvml_process_mib=[0, 5, 10, 15, 20]))
+    assert both.message("hf") == (
+        "hf leaks: GPU memory of the engine's processes, helpers left running included: leak: nvml_process_mib: "
+        "slope +5.00 MiB/cycle over 4 cycles (threshold 0.5), 3/3 cycles did not shrink, +15.0 MiB in total; "
+        "host memory of the measuring process: leak: host_rss_mib: slope +10.00 MiB/cycle over 4 cycles "
+        "(threshold 0.25), 3/3 cycles did not shrink, +30.0 MiB in total")
+    neither = memory_verdict(series(host_rss_mib=[7, 7, 7, 7, 7], nvml_process_mib=[3, 3, 3, 3, 3]))
+    text = neither.message("hf")
+    assert text.startswith("hf: no leak (no leak: ") and text.count("; no leak: ") == 1
+
+
+def test_flat_device_memory_beside_other_processes_is_said_as_flat() -> None:
+    rows = with_others(series(nvml_process_mib=[0, 712, 712, 712, 712, 712],
+                              nvml_device_used_mib=[900, 900, 900, 900, 900, 900]), FOREIGN[:1])
+    assert memory_verdict(rows).foreign_note() == (
+        "not the engine's: device +0.0 MiB/cycle; held by pid 4321 (python neighbour.py) 900 MiB, other")
+
+
+# --- a rule's install condition, what contradicts a rule, the rest of what a runner is told ------------------------
+
+@pytest.mark.parametrize(("complete", "wanted", "holds"), [
+    (True, "complete", True), (False, "complete", False), (None, "complete", False),
+    (True, "incomplete", False), (False, "incomplete", True), (None, "incomplete", False),
+])
+def test_install_holds_on_the_side_it_names(complete: bool | None, wanted: str, holds: bool) -> None:
+    kb = KnowledgeBase(rules=(rule_of({"install": wanted}, "vllm"),))
+    fp = Fingerprint(installs={"vllm": EngineInstall("0.26.0", complete)})
+    assert [r.id for r in matching_rules(kb, fp, "vllm", {})] == (["r1"] if holds else [])
+    # an engine whose install is not recorded at all holds neither side
+    assert matching_rules(kb, Fingerprint(installs={"sglang": EngineInstall("0.5", True)}), "vllm", {}) == []
+
+
+def contradicted(when: dict[str, object], fp: Fingerprint, params: dict[str, object]) -> str | None:
+    return contradiction(rule_of(when), Facts.of(fp), None, params)
+
+
+@pytest.mark.parametrize(("when", "params", "field"), [
+    ({"model": ["*llama*"]}, {"model": "Qwen/Qwen2-0.5B"}, "when.model"),
+    ({"model": ["*llama*"]}, {"model": "meta-llama/Llama-3-8B"}, None),
+    # the model matches; another parameter is what contradicts
+    ({"model": ["*llama*"], "params": {"dtype": ["float16"]}}, {"model": "meta-llama/x", "dtype": "bfloat16"},
+     "when.params.dtype"),
+    # the parameter holds; the model, tested after it, is what contradicts
+    ({"model": ["*llama*"], "params": {"dtype": ["float16"]}}, {"model": "Qwen/x", "dtype": "float16"}, "when.model"),
+    ({"params": {"dtype": ["float16"]}}, {"dtype": "bfloat16"}, "when.params.dtype"),
+])
+def test_what_contradicts_a_parameter_or_the_model(when: dict[str, object], params: dict[str, object],
+                                                    field: str | None) -> None:
+    assert contradicted(when, Fingerprint(gpus=(A100,)), params) == field
+
+
+@pytest.mark.parametrize(("fp", "params", "field"), [
+    (Fingerprint(gpus=(A100,)), {WEIGHTS_PARAM: 40960}, "when.needs.gpu_memory_mib"),  # fits exactly: not short
+    (Fingerprint(gpus=(A100,)), {WEIGHTS_PARAM: 40961}, None),                         # short: the rule may hold
+    (Fingerprint(gpus=(A100,)), {WEIGHTS_PARAM: 81920, "tensor_parallel_size": 2}, "when.needs.gpu_memory_mib"),
+    (Fingerprint(gpus=(A100,)), {WEIGHTS_PARAM: 0}, None),       # weights not known: not contradicted
+    (Fingerprint(gpus=(A100,)), {}, None),
+    (Fingerprint(gpus=(UNSIZED,)), {WEIGHTS_PARAM: 1}, None),    # a GPU of unknown size: not contradicted
+    (Fingerprint(), {WEIGHTS_PARAM: 1}, None),
+])
+def test_what_contradicts_a_memory_need(fp: Fingerprint, params: dict[str, object], field: str | None) -> None:
+    assert contradicted({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, fp, params) == field
+
+
+@pytest.mark.parametrize(("params", "said"), [
+    ({WEIGHTS_PARAM: 1}, "needs 1 MiB of weights per GPU"),
+    ({WEIGHTS_PARAM: 0.5}, "needs 0 MiB of weights per GPU"),
+    ({WEIGHTS_PARAM: 0}, ""),
+    ({WEIGHTS_PARAM: -5}, ""),
+    ({WEIGHTS_PARAM: 4000, "tensor_parallel_size": 2, "pipeline_parallel_size": 2},
+     "needs 1,000 MiB of weights per GPU (split by tensor_parallel_size=2 × pipeline_parallel_size=2)"),
+])
+def test_the_weights_a_runner_is_told_it_needs(params: dict[str, object], said: str) -> None:
+    assert describe_runner(rule_of({"needs": {"gpu_memory_mib": TP_PP}}), Fingerprint(), params) == said
+
+
+@pytest.mark.parametrize(("state", "said"), [
+    ({"complete": False, "missing": ["flashinfer-python==0.6.14 (not installed)"]},
+     "this runner: vllm installed without flashinfer-python==0.6.14 (not installed)"),
+    ({"complete": True}, "this runner: vllm installed with every requirement it declares"),
+])
+def test_an_install_written_by_hand_is_described_too(state: dict[str, object], said: str) -> None:
+    fp = Fingerprint(installs={"vllm": state})  # type: ignore[dict-item]  # a hand-written fingerprint's mapping
+    assert describe_runner(rule_of({"install": "incomplete"}, "vllm"), fp, {}) == said
+
+
+NO_ARCH = GPU(index=0, name="NVIDIA A100-SXM4-40GB", compute_capability="8.0")
+NO_MEMORY = GPU(index=0, name="NVIDIA H200", architecture="hopper", compute_capability="9.0")
+
+
+@pytest.mark.parametrize(("axes", "fp", "not_covered"), [
+    # every axis is checked, whichever kind comes first
+    ({"gpu": "*H200*", "driver": ">=600"}, FLEET_FP, "driver >=600 (this runner: 550.54.15)"),
+    ({"compute_capability": ">=9.0", "driver": ">=600"}, FLEET_FP, "driver >=600 (this runner: 550.54.15)"),
+    ({"driver": ">=550", "vllm": "<0.26"}, FLEET_FP, "vllm <0.26 (this runner: 0.26.0)"),
+    # a GPU whose memory is not known still has its compute capability
+    ({"compute_capability": ">=9.0"}, Fingerprint(gpus=(NO_MEMORY,)), None),
+    # a GPU whose architecture is not known has none to match, and says so
+    ({"arch": "ampere"}, Fingerprint(gpus=(NO_ARCH,)), "arch ampere (this runner: unknown)"),
+    ({"arch": "ampere"}, Fingerprint(gpus=(NO_ARCH, H200)), "arch ampere (this runner: unknown, hopper)"),
+])
+def test_every_fleet_axis_is_checked(axes: dict[str, str], fp: Fingerprint, not_covered: str | None) -> None:
+    assert evaluate_cell(KnowledgeBase(rules=()), fp, "vllm", {}, axes=axes).not_covered == not_covered
+
+
+def test_a_package_nobody_listed_is_unknown_not_absent() -> None:
+    from pytest_gpucompat.kb.match import UNKNOWN, package_fact
+
+    assert package_fact(Facts.of(Fingerprint()), "vllm") is UNKNOWN and repr(UNKNOWN) == "UNKNOWN"
+    assert str(package_fact(Facts.of(Fingerprint(packages={"sglang": "0.5.1"})), "sglang")) == "0.5.1"

@@ -9,6 +9,7 @@ import pytest
 
 import pytest_gpucompat
 from pytest_gpucompat.common.errors import InputError
+from pytest_gpucompat.common.versions import parse_specifier
 from pytest_gpucompat.workload.matrix import MAX_CELLS, MatrixCell, cells_from_marker, expand_block, load_named_matrices
 
 
@@ -103,3 +104,42 @@ def test_named_matrices_and_the_marker(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(InputError) as info:
         load_named_matrices(str(tmp_path / "matrices.yaml"))
     assert "field 'matrices.m[0]': must be a mapping" in str(info.value)
+
+
+def test_the_axis_refusal_carries_the_parsers_whole_reason() -> None:
+    with pytest.raises(InputError) as info:
+        expand_block({"engine": "hf", "axes": {"driver": ["not a range"]}}, "m.yaml", "w")
+    with pytest.raises(ValueError) as parser:
+        parse_specifier("not a range")
+    assert str(info.value) == f"m.yaml: field 'w.axes.driver': {parser.value}" and str(parser.value)
+
+
+def test_the_cell_limit_counts_the_product_not_the_longest_list() -> None:
+    """No list is longer than the limit, their product is: refused before expanding."""
+    with pytest.raises(InputError) as info:
+        expand_block({"engine": "hf", "params": {"a": list(range(1000)), "b": list(range(MAX_CELLS // 1000 + 1))}},
+                     "s", "w")
+    assert str(info.value) == f"s: field 'w': expands to more than {MAX_CELLS} cells"
+    with pytest.raises(InputError):
+        expand_block({"engine": ["hf", "vllm"], "axes": {"gpu": [str(i) for i in range(MAX_CELLS // 2 + 1)]}}, "s", "w")
+
+
+def test_the_cells_of_a_block_without_axes_share_one_read_only_mapping() -> None:
+    """The documented memory saving of a 100,000-cell matrix: one empty axes mapping for all, that no cell can
+    change for the others."""
+    first, second = expand_block({"engine": "hf", "params": {"a": [1, 2]}}, "s", "w")
+    assert first.axes is second.axes and dict(first.axes) == {}
+    with pytest.raises(TypeError):
+        first.axes["gpu"] = "x"  # type: ignore[index]
+    with_axes = expand_block({"engine": "hf", "axes": {"gpu": ["a", "b"]}}, "s", "w")
+    assert [dict(c.axes) for c in with_axes] == [{"gpu": "a"}, {"gpu": "b"}]
+
+
+def test_a_marker_block_is_refused_in_the_marker_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InputError) as info:
+        cells_from_marker((), {"params": {"a": [1]}}, "t.py::test_x")
+    assert str(info.value) == "t.py::test_x: field 'gpucompat.engine': required: an engine name or a list of them"
+    monkeypatch.setenv("GPUCOMPAT_MATRICES_DIR", str(tmp_path))  # no matrices.yaml: no named matrix
+    with pytest.raises(InputError) as info:
+        cells_from_marker((), {"matrix": "nightly"}, "t.py")
+    assert str(info.value) == "t.py: field 'gpucompat(matrix)': no matrix named 'nightly' (known: none)"

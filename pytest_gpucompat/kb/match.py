@@ -499,7 +499,7 @@ def axis_mismatch(axes: Mapping[str, str], fp: Fingerprint) -> str | None:
         if axis in _GLOB_AXES:
             names = [g.name for g in fp.gpus] if axis == "gpu" else [g.architecture or "" for g in fp.gpus]
             if not any(fnmatch.fnmatchcase(n.lower(), value.lower()) for n in names):
-                have = ", ".join(names) or "no GPU"
+                have = ", ".join(n or "unknown" for n in names) or "no GPU"  # a GPU of unknown architecture
                 return f"{axis} {value} (this runner: {have})"
             continue
         spec = parse_specifier(value)
