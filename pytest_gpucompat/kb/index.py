@@ -45,6 +45,7 @@ _MAX_KBS = 32
 _UNCACHEABLE = object()
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
 _MARSHALLED_TYPES = frozenset((str, int, bool, type(None), float))  # written by marshal as exactly themselves
+_STR_TYPE = frozenset((str,))
 _dumps: Callable[[Any, int], bytes] = marshal.dumps
 _RAW_ENGINE_TYPES = frozenset((str, type(None)))  # engine parameter values remembered as they are (candidates)
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
@@ -408,8 +409,7 @@ class _KbIndex:
 
 def _marshalled_exactly(params: Mapping[str, Any]) -> bool:
     """Whether marshal writes these parameters as exactly themselves (see ``_KbIndex.kept_mask``)."""
-    return (all(type(name) is str for name in params)
-            and all(type(value) in _MARSHALLED_TYPES for value in params.values()))
+    return _STR_TYPE.issuperset(map(type, params)) and _MARSHALLED_TYPES.issuperset(map(type, params.values()))
 
 
 class _Plan:
