@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -112,18 +113,25 @@ class _Run:
 
     state: RunState | None = None
     live_cell_key: pytest.StashKey[LiveCell] | None = None  # state.live_cell_key, once loaded (read for every phase)
+    # an xdist worker: it may share its GPU (session.sharing); any other process never does, and neither imports
+    # the sharing machinery nor asks it about each test
+    worker = False
 
     def pytest_configure(self, config: pytest.Config) -> None:
         if not _enabled(config):  # the whole command line turned it off again: pytest_configure unregisters it
             return
-        from .session import boundaries, interrupt, sharing, xdist_support
+        from .session import interrupt
         from .session.state import build_run_state, live_cell_key, run_key
 
         self.live_cell_key = live_cell_key
         interrupt.install(config)  # SIGTERM as Ctrl-C: a report, engines stopped
-        sharing.setup_worker(config, xdist_support.pin_worker_gpu(config))  # workers sharing a GPU: its ledger
-        if sharing.share_for(config) is not None:
-            boundaries.watch(config)  # each test's setup and teardown take part in the sharing
+        self.worker = getattr(config, "workerinput", None) is not None
+        if self.worker:
+            from .session import boundaries, sharing, xdist_support
+
+            sharing.setup_worker(config, xdist_support.pin_worker_gpu(config))  # workers sharing a GPU: its ledger
+            if sharing.share_for(config) is not None:
+                boundaries.watch(config)  # each test's setup and teardown take part in the sharing
         self.state = config.stash[run_key] = build_run_state(config)
         # what pytest_collection_finish freezes is given back to the garbage collector when pytest cleans up, after
         # pytest's own last collection (registered here, before that plugin registers its own cleanup, it runs
@@ -135,10 +143,12 @@ class _Run:
             config.pluginmanager.register(ReportCollector(config, self.state), "gpucompat-report")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        from .session import interrupt, sharing
+        from .session import interrupt
 
         interrupt.uninstall(config)
-        sharing.unconfigure(config)
+        sharing = sys.modules.get(f"{__package__}.session.sharing")
+        if sharing is not None:  # never imported: no ledger directory was made (configure_node makes it)
+            sharing.unconfigure(config)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         state = self.state
@@ -177,7 +187,6 @@ class _Run:
         state = self.state
         if state is None:
             return
-        from .session import sharing
         from .session.state import NOT_COVERED, live_cell_key
 
         weights: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -195,7 +204,10 @@ class _Run:
                 item.add_marker(pytest.mark.skip(reason=cs.decision.reason))
             elif cs.decision is not None and cs.decision.action == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=cs.decision.reason, strict=cs.decision.strict))
-        sharing.note_units(config, items)  # a worker sharing its GPU: the tests the scheduler deals out on their own
+        if self.worker:
+            from .session import sharing
+
+            sharing.note_units(config, items)  # a worker sharing its GPU: the tests the scheduler deals out alone
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         state = self.state
@@ -224,7 +236,7 @@ class _Run:
     def pytest_runtest_makereport(self, item: pytest.Item,
                                   call: pytest.CallInfo[Any]) -> Generator[None, Any, Any]:
         cs = item.stash.get(self.live_cell_key, None) if self.live_cell_key is not None else None
-        if cs is not None and call.when == "call":
+        if cs is not None and self.worker and call.when == "call":
             from .session.sharing import note_sharing
 
             note_sharing(item, cs.metrics)

@@ -194,7 +194,8 @@ def parse_yaml(text: str, source: str) -> Any:
             try:
                 node = loader.get_single_node()
                 if node is not None and _plain_graph(node):
-                    return loader.construct_document(node)
+                    data = _plain_data(loader, node)
+                    return loader.construct_document(node) if data is _NOT_PLAIN else data
             finally:
                 loader.dispose()
         except (yaml.YAMLError, ValueError, RecursionError):
@@ -228,6 +229,53 @@ def _plain_graph(root: Any) -> bool:
                 else:
                     stack.append((item, depth + 1))
     return True
+
+
+_STR_TAG, _SEQ_TAG, _MAP_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_KEY_TAGS = frozenset({"tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"})  # keys flatten_mapping rewrites
+_NOT_PLAIN = object()
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_data(loader: Any, root: Any) -> Any:
+    """What ``loader.construct_document(root)`` builds, for a tree (`_plain_graph`) of plain mappings, sequences and
+    scalars: strings taken as they are, any other scalar made by the loader's own constructor; ``_NOT_PLAIN`` where
+    the tree has anything else (merge keys, other collection tags, a key that is no scalar, two keys of the same
+    text), which the loader then builds (or refuses) itself. PyYAML's constructor goes through a generator and
+    several calls per node; rule files are mostly strings."""
+    try:
+        return _plain_node(loader, root)
+    except _NotPlain:
+        return _NOT_PLAIN
+
+
+def _plain_node(loader: Any, node: Any) -> Any:
+    kind, tag = node.id, node.tag
+    if kind == "scalar":
+        return node.value if tag == _STR_TAG else loader.construct_object(node, deep=True)
+    if kind == "sequence" and tag == _SEQ_TAG:
+        return [_plain_node(loader, item) for item in node.value]
+    if kind != "mapping" or tag != _MAP_TAG:
+        raise _NotPlain
+    out: dict[Any, Any] = {}
+    seen: set[str] = set()
+    for key_node, value_node in node.value:
+        if key_node.id != "scalar" or key_node.tag in _KEY_TAGS:
+            raise _NotPlain
+        key = _plain_node(loader, key_node)
+        try:
+            name = str(key)
+            hash(key)
+        except Exception:  # noqa: BLE001 - the loader's own way says what is wrong with it
+            raise _NotPlain from None
+        if name in seen:  # the loader's construct_mapping refuses it, saying where
+            raise _NotPlain
+        seen.add(name)
+        out[key] = _plain_node(loader, value_node)
+    return out
 
 
 _LOADERS: tuple[Any, Any] | None = None

@@ -45,6 +45,7 @@ _MAX_KBS = 32
 _UNCACHEABLE = object()
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
 _MARSHALLED_TYPES = frozenset((str, int, bool, type(None), float))  # written by marshal as exactly themselves
+_STR_TYPE = frozenset((str,))
 _dumps: Callable[[Any, int], bytes] = marshal.dumps
 _RAW_ENGINE_TYPES = frozenset((str, type(None)))  # engine parameter values remembered as they are (candidates)
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
@@ -130,6 +131,32 @@ def _machine_field_names(w: Conditions) -> list[Any]:
     return names
 
 
+def _grouped(field_name: Any, entries: list[tuple[int, Conditions]]) -> tuple[tuple[int, Conditions], ...]:
+    """The rules testing one machine fact as (their bits, one of their conditions), one entry per distinct
+    condition on that fact: ``_field_holds`` reads only the fields a ``MachineCondition`` declares (for a package,
+    the entries that name it), so rules equal in those are judged alike."""
+    if isinstance(field_name, tuple):
+        def key(w: Conditions) -> Any:
+            return tuple(entry for entry in w.packages if entry[0] == field_name[1])
+    else:
+        fields = _CONDITIONS_BY_NAME[field_name].fields
+
+        def key(w: Conditions) -> Any:
+            return tuple(getattr(w, f) for f in fields)
+    groups: dict[Any, tuple[int, Conditions]] = {}
+    out: list[tuple[int, Conditions]] = []
+    for bit, w in entries:
+        try:
+            k = key(w)
+            hash(k)
+        except TypeError:  # a value that is no key: judged on its own
+            out.append((bit, w))
+            continue
+        found = groups.get(k)
+        groups[k] = (bit, w) if found is None else (found[0] | bit, found[1])
+    return (*out, *groups.values())
+
+
 def _field_holds(w: Conditions, field_name: Any, value: Any) -> bool:
     if isinstance(field_name, tuple):
         return package_holds(w, field_name[1], value)
@@ -197,7 +224,9 @@ class _KbIndex:
                 self.param_mask |= bit
             for name in names:
                 by_name.setdefault(name, []).append((bit, w))
-        self.machine_conditions = {f: tuple(entries) for f, entries in by_field.items()}
+        # per machine fact, the rules that test it grouped by what they say of it: each distinct condition is judged
+        # once per fact value (many rules share a driver or package window)
+        self.machine_conditions = {f: _grouped(f, entries) for f, entries in by_field.items()}
         self.machine_tables: dict[Any, dict[Any, int]] = {f: {} for f in self.machine_conditions}
         # (condition, its table) for the machine conditions some rule tests; ("package", name), its table
         self.machine_probes = tuple((c, self.machine_tables[c.name]) for c in MACHINE_CONDITIONS
@@ -380,8 +409,7 @@ class _KbIndex:
 
 def _marshalled_exactly(params: Mapping[str, Any]) -> bool:
     """Whether marshal writes these parameters as exactly themselves (see ``_KbIndex.kept_mask``)."""
-    return (all(type(name) is str for name in params)
-            and all(type(value) in _MARSHALLED_TYPES for value in params.values()))
+    return _STR_TYPE.issuperset(map(type, params)) and _MARSHALLED_TYPES.issuperset(map(type, params.values()))
 
 
 class _Plan:

@@ -12,6 +12,7 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -27,6 +28,7 @@ from .record import (
     WORKER_DIED_REASON,
     CellRecord,
     FindingRecord,
+    _test_of,
     split_known,
 )
 from .validate import SCHEMA_VERSION, SEVERITIES, InvalidField, check_report_dict
@@ -201,6 +203,31 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # json.d
 def encode_cell(cell: CellRecord) -> str:
     """A cell's line of the report file (`Report.json_chunks`, indented or not)."""
     return _ENCODE(cell.to_dict())
+
+
+_PLAIN_KEYS = frozenset(("nodeid", "test", "engine", "params", "axes", "outcome", "reason", "rules", "findings",
+                         "metrics", "series", "duration_s", "log_tail", "worker", "runner", "when"))
+
+
+def plain_cell_line(cell: Mapping[str, Any]) -> str | None:
+    """``encode_cell(CellRecord.from_dict(cell))`` without making the record, for a cell in the record's JSON form
+    that says nothing but how it ended (no rules, findings, figures, log tail or other keys) and whose values the
+    record would keep as they are: most cells of a large run, each made into its line as it finishes
+    (``session.collector``). None for any other cell: its record makes the line."""
+    if (not _PLAIN_KEYS.issuperset(cell) or cell.get("rules") or cell.get("findings") or cell.get("metrics")
+            or cell.get("series") or cell.get("log_tail") is not None):
+        return None
+    nodeid, outcome, runner, duration = cell.get("nodeid"), cell.get("outcome"), cell.get("runner"), cell.get(
+        "duration_s")
+    params, axes = cell.get("params") or {}, cell.get("axes") or {}
+    if (type(nodeid) is not str or type(outcome) is not str or outcome not in OUTCOMES or type(runner) is not str
+            or not runner or type(duration) is not float or not math.isfinite(duration) or type(params) is not dict
+            or type(axes) is not dict):
+        return None
+    return _ENCODE({"nodeid": nodeid, "test": cell.get("test") or _test_of(nodeid), "engine": cell.get("engine"),
+                    "params": params, "axes": axes, "outcome": outcome, "reason": cell.get("reason"), "rules": [],
+                    "findings": [], "metrics": {}, "duration_s": duration, "log_tail": None,
+                    "worker": cell.get("worker"), "runner": runner, "when": cell.get("when")})
 
 
 def summarize(runners: Collection[str], cells: Iterable[tuple[str, str, str, Iterable[tuple[str, bool]]]]

@@ -73,7 +73,8 @@ class ReportCollector:
         # finished cell as its line of the report (_Settled)
         self.cells: dict[str, RecordDraft | _Settled] = {}
         self._runner: str | None = None  # the report's runner name, as Report.from_run names it
-        self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str]] | None = None
+        self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str],
+                             Callable[[Mapping[str, Any]], str | None]] | None = None
         self._explained: dict[str, tuple[Any, ...]] = {}  # nodeid -> what its explained_by was judged on
         self.worker_fingerprints: dict[str, dict[str, Any]] = {}
         self.interrupted = False
@@ -165,13 +166,17 @@ class ReportCollector:
         if not self.path or not isinstance(cell, dict) or (cell["outcome"] == "error" and not cell.get("reason")):
             return  # without a report, the run's summary is all that reads the cells
         if self._line_of is None:  # once: the report's modules are imported by a run that writes one
-            from ..report.model import CellRecord, encode_cell
+            from ..report.model import CellRecord, encode_cell, plain_cell_line
 
             self._runner = str(self._fingerprint().get("name") or "local")
-            self._line_of = (CellRecord.from_dict, encode_cell)
-        make, encode = self._line_of
+            self._line_of = (CellRecord.from_dict, encode_cell, plain_cell_line)
+        make, encode, plain = self._line_of
         cell["runner"] = self._runner  # the dict is done with (Report.from_run names every cell's runner so too)
         try:
+            line = plain(cell)  # a cell that says only how it ended: its line without a record
+            if line is not None:
+                self.cells[nodeid] = _Settled.plain(line, cell["outcome"])
+                return
             record = make(cell)
             line = encode(record)
         except ValueError:
@@ -466,6 +471,14 @@ class _Settled:
         # nothing the terminal summary lists: it only counts the cell
         self.quiet = not (record.findings or record.rules or record.explained_by or record.log_tail
                           or record.reruns or record.extra.get("harness_state")) and record.outcome in _QUIET
+
+    @classmethod
+    def plain(cls, line: str, outcome: str) -> _Settled:
+        """A cell with no findings, rules, log or other keys (``report.model.plain_cell_line``)."""
+        settled = cls.__new__(cls)
+        settled.line, settled.outcome, settled.findings = line, _OUTCOMES.get(outcome, outcome), ()
+        settled.quiet = outcome in _QUIET
+        return settled
 
 
 _QUIET = {o: MappingProxyType({"outcome": o, "findings": (), "rules": ()})

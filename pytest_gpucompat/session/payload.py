@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..report.record import CELL_KEYS, FindingRecord
@@ -135,10 +135,34 @@ def build(cs: PayloadSource, runner: str | None) -> CellPayload:
 
 def fixed_text(cs: PayloadSource) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
-    it is JSON-safe already, json's shared encoder writes the same text as one made with ``default=str``, which json
+    it is JSON-safe already, an encoder made once writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
     fixed, ready = _fixed_part(cs)
-    return (json.dumps(fixed) if ready else json.dumps(fixed, default=str))[1:-1]
+    return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1]
+
+
+def _safe_encoder() -> Callable[[Any], str]:
+    """``json.dumps`` with its defaults, for a value `_is_json_safe` has walked (JSON types only, and no cycle: the
+    walk would not have ended): json's C encoder made once, where ``json.dumps`` makes one (and checks for cycles)
+    at each call; ``json.dumps`` itself where the C encoder is missing or writes anything else."""
+    try:
+        from json import encoder as json_encoder
+
+        make = getattr(json_encoder, "c_make_encoder", None)  # private to json, and None without its C speedups
+        if make is None:
+            return json.dumps
+        encode = make(None, None, json_encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+        sample = {"a": [1, 2.5, -0.0, None, True, "é\n"], "b": {}}
+
+        def dumps(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        return dumps if dumps(sample) == json.dumps(sample) else json.dumps
+    except (ImportError, TypeError, ValueError):  # another Python's encoder: the plain way
+        return json.dumps
+
+
+_dumps_safe = _safe_encoder()
 
 
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
