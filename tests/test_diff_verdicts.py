@@ -552,3 +552,15 @@ def test_a_rule_skipped_by_the_stale_check_does_not_hide_the_next() -> None:
     passed = cell("passed", nodeid=M, rules=("known", "claim"),
                   findings=[finding("known"), finding("claim", confidence="documents")])
     assert [s.rule_id for s in stale_rules(rep(xpassed, passed))] == ["up", "claim"]
+
+
+def test_a_cell_that_was_not_good_does_not_stop_the_coverage_check() -> None:
+    """A failed baseline cell is skipped, and the good cells after it are still held to the run."""
+    result = diff_reports(rep(cell("failed"), cell("xfailed", nodeid=M)), rep(cell("failed")))
+    assert changes(result) == {"lost": [(M, "xfailed", "absent")]}
+
+
+def test_a_figure_within_its_threshold_does_not_stop_the_other_thresholds() -> None:
+    result = figures({"ttft_s": 1.0, "tokens_per_s": 1000.0}, {"ttft_s": 1.05, "tokens_per_s": 500.0},
+                     "ttft_s:+10%", "tokens_per_s:-10%")
+    assert [c.metric for c in result.regressions] == ["tokens_per_s"]
