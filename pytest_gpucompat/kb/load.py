@@ -22,6 +22,7 @@ from packaging.specifiers import SpecifierSet
 from ..catalog.registry import kb_engine_names
 from ..common.errors import InputError
 from ..common.inputs import as_text, load_file, text_field
+from ..common.parsed_cache import load_yaml_cached
 from ..common.paths import matrices_dir
 from ..common.versions import norm_value, normalize_package, parse_specifier
 from .bounds import parse_bounds
@@ -99,20 +100,23 @@ def load_kb(extra: Iterable[str | os.PathLike[str]] = (), builtin: bool = True) 
     a file that changed on disk is read again. Parsing the shipped files takes tens of milliseconds, a stat of each
     file some microseconds.
     """
-    files = tuple(str(f) for f in (builtin_rule_files() if builtin else []) + expand_paths(extra))
+    shipped = [str(f) for f in builtin_rule_files()] if builtin else []
+    files = tuple(shipped + [str(f) for f in expand_paths(extra)])
     stamps = tuple(file_stamp(f) for f in files)
     not_encoded = file_stamp(_not_encoded_path()) if builtin else None
-    return _load_cached(files, stamps, builtin, not_encoded)
+    return _load_cached(files, stamps, builtin, not_encoded, len(shipped))
 
 
 @lru_cache(maxsize=8)
-def _load_cached(files: tuple[str, ...], stamps: tuple[Any, ...], builtin: bool, not_encoded_stamp: Any
-                 ) -> KnowledgeBase:
+def _load_cached(files: tuple[str, ...], stamps: tuple[Any, ...], builtin: bool, not_encoded_stamp: Any,
+                 shipped: int = 0) -> KnowledgeBase:
+    """The knowledge base of ``files``, the first ``shipped`` of them the matrices' own: their parsed data may come
+    from the per-user cache of parsed files (``common.parsed_cache``), validated here like any rule file's."""
     del stamps, not_encoded_stamp  # part of the cache key only
     rules: list[Rule] = []
     seen: dict[str, str] = {}
-    for path in files:
-        for rule in load_rule_file(path):
+    for i, path in enumerate(files):
+        for rule in load_rule_file(path, cached=i < shipped):
             if rule.id in seen:
                 raise InputError(path, "id", f"duplicate id, first defined in {seen[rule.id]}", rule.id)
             seen[rule.id] = path
@@ -131,7 +135,7 @@ def load_not_encoded() -> dict[str, str]:
     if not path.exists():
         return {}
     source = str(path)
-    data = load_file(path, "yaml") or {}
+    data = load_yaml_cached(path) or {}
     if not isinstance(data, Mapping) or set(data) - {"not_encoded"}:
         raise InputError(source, None, "a mapping with one key, 'not_encoded', is required")
     entries = data.get("not_encoded") or []
@@ -149,9 +153,11 @@ def load_not_encoded() -> dict[str, str]:
     return out
 
 
-def load_rule_file(path: str | Path) -> list[Rule]:
+def load_rule_file(path: str | Path, cached: bool = False) -> list[Rule]:
+    """A rule file's rules, validated; ``cached``: its parsed data may come from ``common.parsed_cache`` (the
+    shipped files: the same data, parsed once per content)."""
     source = str(path)
-    data = load_file(path, "yaml")
+    data = load_yaml_cached(path) if cached else load_file(path, "yaml")
     if data is None:
         return []
     if not isinstance(data, Mapping) or set(data) - {"rules"}:

@@ -1,0 +1,120 @@
+"""The shipped YAML data files, parsed once per content rather than once per process.
+
+Parsing the shipped rule files is most of what a ``--gpucompat`` start spends on the knowledge base (libyaml and
+PyYAML's constructor). Their data, when JSON holds it exactly (mappings with text keys, lists, text, ints, finite
+floats, booleans, null), is kept as strict JSON in the per-user cache (``common.paths.cache_dir``), one file per
+content: named by the SHA-256 of the file's text and of what parses it (this module and ``common.inputs``, and the
+PyYAML found), so an edited file, another parser or another release finds no entry and parses anew.
+
+A cache is something another program may have written, so an entry is only data: it is read bounded and regular
+from a directory of this user that no one else can write (``check_cache_entry``), parsed by the strict JSON reader,
+must name its own key, and passes ``check_tree`` like any data file; the caller validates the data as it validates
+what YAML gave (a rule file's rules are checked field by field either way). Any problem reading or writing an entry
+is a miss: the file is parsed as before, and nothing is said.
+
+PYTEST_DONT_REWRITE
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from . import inputs
+from .errors import InputError
+from .paths import cache_dir, check_cache_entry
+
+_MISS = object()
+_ENTRY_MODE = 0o600
+_DIR_MODE = 0o700
+_SALT: list[bytes] = []  # computed once per process
+
+
+def load_yaml_cached(path: str | os.PathLike[str], limit: int = inputs.MAX_FILE_BYTES) -> Any:
+    """``inputs.load_file(path, "yaml", limit)``: the same data, or the same ``InputError``."""
+    source = os.fspath(path)
+    text = inputs.read_text(path, limit)
+    key = hashlib.sha256(_salt() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    entry = _entry_dir() / f"{key}.json"
+    data = _read_entry(entry, key, limit)
+    if data is _MISS:
+        data = inputs.parse_yaml(text, source)
+        bad = inputs.check_tree(data)
+        if bad is None and _json_exact(data, 0):
+            _write_entry(entry, key, data)
+    else:
+        bad = inputs.check_tree(data)
+    if bad is not None:
+        raise InputError(source, inputs.dotted(bad[0]) or None, bad[1])
+    return data
+
+
+def _salt() -> bytes:
+    """What the parsed data depends on besides the file: this module, ``common.inputs`` and the PyYAML found."""
+    if not _SALT:
+        digest = hashlib.sha256()
+        for module_file in (__file__, inputs.__file__):
+            with contextlib.suppress(OSError):
+                digest.update(Path(module_file).read_bytes())
+        with contextlib.suppress(Exception):
+            spec = importlib.util.find_spec("yaml")
+            origin = spec.origin if spec is not None else None
+            if origin:
+                st = os.stat(origin)
+                digest.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}\0".encode("utf-8", "replace"))
+        _SALT.append(digest.digest())
+    return _SALT[0]
+
+
+def _entry_dir() -> Path:
+    return cache_dir() / "parsed"
+
+
+def _read_entry(entry: Path, key: str, limit: int) -> Any:
+    try:
+        check_cache_entry(entry.parent.parent, "the cache directory")
+        check_cache_entry(entry.parent, "the parsed-data cache")
+        text = inputs.read_text(entry, 2 * limit + 4096)
+        wrapper = inputs.parse_json(text, str(entry))
+    except (OSError, ValueError, InputError, UnicodeError):
+        return _MISS
+    if not isinstance(wrapper, dict) or set(wrapper) != {"key", "data"} or wrapper["key"] != key:
+        return _MISS
+    return wrapper["data"] if _json_exact(wrapper["data"], 0) else _MISS
+
+
+def _write_entry(entry: Path, key: str, data: Any) -> None:
+    from . import files  # only when writing: a start that finds its entries never needs it
+    try:
+        for directory in (entry.parent.parent, entry.parent):
+            check_cache_entry(directory, "the cache directory")
+            if not directory.is_dir():
+                os.makedirs(directory, mode=_DIR_MODE, exist_ok=True)
+                check_cache_entry(directory, "the cache directory")
+        text = inputs.json.dumps({"key": key, "data": data}, ensure_ascii=False, allow_nan=False,
+                                 separators=(",", ":"))
+        files.write_atomic(entry, text, mode=_ENTRY_MODE)
+    except (OSError, ValueError, TypeError, RecursionError):
+        pass
+
+
+def _json_exact(data: Any, depth: int) -> bool:
+    """Whether strict JSON gives back exactly ``data``: dicts with str keys, lists, str, int, finite float, bool,
+    None, of exactly those types (a YAML date or a subclass is not)."""
+    if depth > inputs.MAX_DEPTH:
+        return False
+    cls = data.__class__
+    if cls is str or cls is int or cls is bool or data is None:
+        return True
+    if cls is float:
+        return math.isfinite(data)
+    if cls is list:
+        return all(_json_exact(item, depth + 1) for item in data)
+    if cls is dict:
+        return all(k.__class__ is str and _json_exact(v, depth + 1) for k, v in data.items())
+    return False
