@@ -13,7 +13,8 @@ import random
 import types
 from typing import Any
 
-from pytest_gpucompat.kb import Facts, KnowledgeBase, Rule, load_kb, matching_rules, parse_rule, rule_matches
+from pytest_gpucompat.kb import KnowledgeBase, Rule, load_kb, matching_rules, parse_rule, rule_matches
+from pytest_gpucompat.kb.match import facts_of
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
 
 A100 = GPU(index=0, name="NVIDIA A100-SXM4-40GB", architecture="ampere", compute_capability="8.0", memory_mib=40960)
@@ -32,7 +33,9 @@ def _ids(kb: KnowledgeBase, fp: Fingerprint, engine: str | None, params: Any) ->
 
 
 def _reference(kb: KnowledgeBase, fp: Fingerprint, engine: str | None, params: Any) -> list[str]:
-    return [r.id for r in kb.rules if rule_matches(r, Facts.of(fp), engine, {**fp.params, **dict(params)})]
+    # facts_of, not Facts.of: its cache is keyed by fingerprint equality, and fingerprints equal in Python (a GPU of
+    # 1 MiB and one of True) have different facts
+    return [r.id for r in kb.rules if rule_matches(r, facts_of(fp), engine, {**fp.params, **dict(params)})]
 
 
 class _Level(enum.IntEnum):
@@ -149,3 +152,64 @@ def test_machines_with_as_many_gpus_of_other_sizes_share_only_what_the_gpu_size_
         for fp in order:
             for params in cells:
                 assert _ids(kb, fp, "vllm", params) == _reference(kb, fp, "vllm", params), (fp, params)
+
+
+def test_fingerprint_fields_of_every_type_decide_the_machine_as_their_facts_do() -> None:
+    """A fingerprint's machine facts are remembered by its fields as written (``match.RAW_FACT_KEYS``,
+    ``package_keys``): fields equal in Python but parsed apart (``1`` and ``True`` MiB, ``8.0`` and ``"8.0"``),
+    versions that do not parse (absent where the machine lists its packages, unknown where not), a package named
+    twice in two spellings, empty and missing architectures, installs and engine variables, each after the others
+    were remembered, in both orders, against the reference."""
+    from pytest_gpucompat.machine.installs import EngineInstall
+
+    kb = KnowledgeBase(rules=(
+        *load_kb().rules,
+        _rule(id="no-flashinfer", when={"packages": {"flashinfer-python": "absent"}}),
+        _rule(id="no-vllm", when={"packages": {"vllm": "absent"}}),
+        _rule(id="tiny-cc", when={"compute_capability": "<2"}),
+        _rule(id="old-vllm", when={"packages": {"vllm": "<0.7"}}),
+        _rule(id="small-gpu", when={"gpu_memory_mib": "<=1"}),
+        _rule(id="ampere", when={"arch": ["ampere"]}),
+        _rule(id="old-driver", when={"driver": "<535"}),
+        _rule(id="nvlink", when={"interconnect": "nvlink"}),
+        _rule(id="fits", when={"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}),
+    ))
+    odd = dataclasses.replace(A100, memory_mib=True)
+    one = dataclasses.replace(A100, memory_mib=1)
+    no_arch = dataclasses.replace(A100, architecture=None)
+    empty_arch = dataclasses.replace(A100, architecture="")
+    float_cc = dataclasses.replace(A100, compute_capability=8.0)  # type: ignore[arg-type]
+    negative = dataclasses.replace(H200, memory_mib=-5)
+    cc_one = dataclasses.replace(A100, compute_capability=1)  # type: ignore[arg-type]
+    cc_true = dataclasses.replace(A100, compute_capability=True)  # type: ignore[arg-type]
+    complete = {"vllm": EngineInstall(complete=True), "sglang": EngineInstall(complete=False)}
+    fps = [
+        Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"}),
+        Fingerprint(gpus=(odd,), driver="535.104.05", packages={"vllm": "0.6.3"}),
+        Fingerprint(gpus=(one,), driver="535.104.05", packages={"vllm": "0.6.3"}),
+        Fingerprint(gpus=(no_arch, empty_arch), driver="470.256.02"),
+        Fingerprint(gpus=(float_cc, A100, A100), driver=535),  # type: ignore[arg-type]
+        Fingerprint(gpus=(negative, H200), driver="535.104.05", interconnect="nvlink"),
+        Fingerprint(gpus=(H200,), packages={"vllm": "not a version"}),
+        Fingerprint(gpus=(H200,), packages={"vllm": "not a version"}, installs=complete),
+        Fingerprint(gpus=(H200,), packages={"vllm": "0.6.3", "VLLM": "not a version"}),
+        Fingerprint(gpus=(H200,), packages={"VLLM": "not a version", "vllm": "0.6.3"}, installs=complete),
+        Fingerprint(gpus=(H200,), packages={"vllm": 0.6}),  # type: ignore[dict-item]
+        Fingerprint(gpus=(H200,), packages={_Shouty("vllm"): "0.6.3"}),
+        Fingerprint(gpus=(cc_one,)),
+        Fingerprint(gpus=(cc_true,)),
+        Fingerprint(gpus=(A100,), driver=1),  # type: ignore[arg-type]
+        Fingerprint(gpus=(A100,), driver=True),  # type: ignore[arg-type]
+        Fingerprint(gpus=(H200,), packages={"flashinfer_python": "0.2.0", "vllm": "0.26.0"}, installs=complete),
+        Fingerprint(gpus=(H200,), packages={"vllm": "0.26.0"}, installs=complete,
+                    env={"VLLM_ATTENTION_BACKEND": "FLASHINFER"}),
+        Fingerprint(gpus=(A100, A100), interconnect="pcie", cuda_driver="12.2", cuda_runtime="12.1"),
+        Fingerprint(),
+    ]
+    cells: list[dict[str, Any]] = [{}, {"kv_cache_dtype": "fp8", "model_weights_mib": 30000,
+                                        "tensor_parallel_size": 1}]
+    for order in (fps, fps[::-1], fps):
+        for fp in order:
+            for params in cells:
+                for engine in (None, "vllm", "sglang"):
+                    assert _ids(kb, fp, engine, params) == _reference(kb, fp, engine, params), (fp, engine)

@@ -21,18 +21,23 @@ from ..common.versions import norm_value
 from ..machine.fingerprint import Fingerprint
 from .match import (
     MACHINE_CONDITIONS,
+    NO_KEY,
+    RAW_FACT_KEYS,
     UNKNOWN,
     WEIGHTS_PARAM,
     Facts,
     clear_facts_cache,
     engine_holds,
     facts_of,
+    gpus_fields_key,
     has_needs,
     needs_hold_on,
     needs_machine,
     package_holds,
+    package_keys,
     param_holds,
     param_names,
+    smallest_gpu_mib_of,
     vkey,
 )
 from .rulesets import Halves
@@ -90,10 +95,19 @@ def matching_rules(
         if kept is None:
             kept = fpi.kb_index.kept_mask(fpi, merged, key)
     # masks travel as their (low, high) halves, split once per distinct mask: two ANDs of half-width ints per cell
-    # instead of an AND, a mask and a shift of full-width ones; each half's rules come from kb.rulesets
+    # instead of an AND, a mask and a shift of full-width ones; each half's rules come from kb.rulesets (plain
+    # dicts read with get: a miss is made there, once per distinct half)
     c_low, c_high = candidates
     k_low, k_high = kept
-    return fpi.low[c_low & k_low] + fpi.high[c_high & k_high]
+    low = c_low & k_low
+    high = c_high & k_high
+    found = fpi.low.get(low)
+    if found is None:
+        found = fpi.halves.low_rules(low)
+    rest = fpi.high.get(high)
+    if rest is None:
+        rest = fpi.halves.high_rules(high)
+    return found + rest
 
 
 def _exact_key(params: Mapping[str, Any]) -> tuple[Mapping[str, Any], bytes | None]:
@@ -177,8 +191,9 @@ class _KbIndex:
     parameters). A result mask becomes its list of rules through ``kb.rulesets``.
     """
 
-    __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "machine_probes",
-                 "package_probes", "engine_free", "engine_masks", "param_mask", "conditions", "tables", "absent",
+    __slots__ = ("kb", "rules", "all_mask", "machine_conditions", "machine_tables", "field_probes",
+                 "package_field_probes", "gpu_sizes", "engine_free", "engine_masks", "param_mask", "conditions",
+                 "tables", "absent",
                  "plans", "halves", "pairs", "fingerprints", "needs_mask", "needs_rules", "needs_names", "needs_ids",
                  "needs_by_machine", "kept_by_count", "kept_by_machine", "by_content", "verdicts")
 
@@ -228,10 +243,15 @@ class _KbIndex:
         # once per fact value (many rules share a driver or package window)
         self.machine_conditions = {f: _grouped(f, entries) for f, entries in by_field.items()}
         self.machine_tables: dict[Any, dict[Any, int]] = {f: {} for f in self.machine_conditions}
-        # (condition, its table) for the machine conditions some rule tests; ("package", name), its table
-        self.machine_probes = tuple((c, self.machine_tables[c.name]) for c in MACHINE_CONDITIONS
-                                    if c.name in self.machine_tables)
-        self.package_probes = tuple((f, t) for f, t in self.machine_tables.items() if isinstance(f, tuple))
+        # the machine conditions some rule tests, each with its fingerprint fields' key (match.RAW_FACT_KEYS), its
+        # table by that key and its table by fact; each package some rule tests, its tables by key
+        # (match.package_keys) and by fact
+        self.field_probes: tuple[tuple[Any, Callable[[Fingerprint], Any], dict[Any, int], dict[Any, int]], ...] = tuple(
+            (c, RAW_FACT_KEYS[c.name], {}, self.machine_tables[c.name])
+            for c in MACHINE_CONDITIONS if c.name in self.machine_tables)
+        self.package_field_probes: tuple[tuple[str, dict[Any, int], dict[Any, int]], ...] = tuple(
+            (f[1], {}, t) for f, t in self.machine_tables.items() if isinstance(f, tuple))
+        self.gpu_sizes: dict[Any, float | None] = {}  # gpus_fields_key -> the smallest GPU's MiB (needs)
         self.conditions = {name: tuple(entries) for name, entries in by_name.items()}
         self.tables: dict[str, dict[Any, int]] = {name: {} for name in self.conditions}
         self.absent = {name: self._mask(name, False, None) for name in self.conditions}
@@ -246,25 +266,61 @@ class _KbIndex:
 
     # ---------------------------------------------------------------- machine
 
-    def machine_mask(self, facts: Facts) -> int:
-        """The rules whose machine conditions all hold for these facts."""
+    def fingerprint_mask(self, fp: Fingerprint) -> tuple[int, Facts | None]:
+        """The rules whose machine conditions all hold for ``facts_of(fp)``, and the facts where they had to be
+        made: each fact is looked up by its fingerprint fields' key (``match.RAW_FACT_KEYS``) and decided from the
+        facts only the first time that key is seen (or where there is none), so a fingerprint of values seen before
+        is never parsed."""
         mask = self.all_mask
-        for cond, table in self.machine_probes:
-            value = cond.fact(facts)
-            key = cond.key(value)
+        facts = None
+        for cond, field_key, table, by_fact in self.field_probes:
+            key = field_key(fp)
             bits = table.get(key)
-            mask &= bits if bits is not None else self._machine_bits(table, cond.name, key, value)
-        packages = facts.packages
-        lacking = None if facts.packages_listed else UNKNOWN  # known absent, or not known either way
-        for field_name, table in self.package_probes:
-            version = packages.get(field_name[1])
-            if version is None:  # a package this machine lacks
-                value, key = lacking, None if lacking is None else "?"
-            else:
-                value, key = version, vkey(version)
-            bits = table.get(key)
-            mask &= bits if bits is not None else self._machine_bits(table, field_name, key, value)
-        return mask
+            if bits is None:
+                if facts is None:
+                    facts = facts_of(fp)
+                value = cond.fact(facts)
+                fact_key = cond.key(value)
+                bits = by_fact.get(fact_key)
+                if bits is None:
+                    bits = self._machine_bits(by_fact, cond.name, fact_key, value)
+                if key is not NO_KEY and len(table) < _MAX_CACHED:
+                    table[key] = bits
+            mask &= bits
+        if self.package_field_probes:
+            keys, absent = package_keys(fp)
+            for name, table, by_fact in self.package_field_probes:
+                key = keys.get(name, absent)
+                bits = table.get(key)
+                if bits is None:
+                    if facts is None:
+                        facts = facts_of(fp)
+                    bits = self._package_bits(name, by_fact, facts)
+                    if key is not NO_KEY and len(table) < _MAX_CACHED:
+                        table[key] = bits
+                mask &= bits
+        return mask, facts
+
+    def _package_bits(self, name: str, table: dict[Any, int], facts: Facts) -> int:
+        version = facts.packages.get(name)
+        if version is None:  # a package this machine lacks: known absent, or not known either way
+            value, key = (None, None) if facts.packages_listed else (UNKNOWN, "?")
+        else:
+            value, key = version, vkey(version)
+        bits = table.get(key)
+        return bits if bits is not None else self._machine_bits(table, ("package", name), key, value)
+
+    def smallest_gpu_mib(self, fp: Fingerprint, facts: Facts | None) -> float | None:
+        """``needs_machine``'s smallest GPU, remembered per ``gpus_fields_key``."""
+        key = gpus_fields_key(fp)
+        size = self.gpu_sizes.get(key, NO_KEY)
+        if size is NO_KEY:
+            if key is NO_KEY:
+                return needs_machine(facts if facts is not None else facts_of(fp))[1]
+            size = smallest_gpu_mib_of(key)
+            if len(self.gpu_sizes) < _MAX_CACHED:
+                self.gpu_sizes[key] = size
+        return size  # type: ignore[no-any-return]
 
     def _machine_bits(self, table: dict[Any, int], field_name: Any, key: Any, value: Any) -> int:
         bits = table.get(key)
@@ -437,30 +493,40 @@ class _Plan:
 class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
-    __slots__ = ("kb_index", "facts", "machine", "installed_engines", "by_engine", "by_engine_param",
-                 "needs_machine", "needs_failing", "kept", "kept_sized", "low", "high", "low_mask", "half_bits")
+    __slots__ = ("kb_index", "fp", "facts", "machine", "installed", "by_engine", "by_engine_param",
+                 "needs_machine", "needs_failing", "kept", "kept_sized", "low", "high", "halves", "low_mask",
+                 "half_bits")
 
     # by_engine, by_engine_param, kept and kept_sized hold masks as their (low, high) halves: see matching_rules
 
-    def __init__(self, kb_index: _KbIndex, facts: Facts) -> None:
+    def __init__(self, kb_index: _KbIndex, fp: Fingerprint) -> None:
         self.kb_index = kb_index
-        self.facts = facts
-        self.machine = kb_index.machine_mask(facts)
-        self.installed_engines = 0
-        for name, bits in kb_index.engine_masks.items():
-            if engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
-                self.installed_engines |= bits
-        # the engines of the knowledge base's rules, now; any other when a cell names it
+        self.fp = fp
+        self.machine, self.facts = kb_index.fingerprint_mask(fp)  # the facts only where some field was new
+        self.installed: int | None = None  # rules of the engines installed here (cells without an engine)
         halves = kb_index.halves  # the knowledge base's, here to be one attribute nearer to the per-cell path
+        self.halves = halves
         self.low, self.high, self.low_mask, self.half_bits = halves.low, halves.high, halves.low_mask, halves.bits
+        # the engines of the knowledge base's rules, now; any other when a cell names it
         self.by_engine = {engine: self._pair(self.machine & (kb_index.engine_free | bits))
                           for engine, bits in kb_index.engine_masks.items()}
         self.by_engine_param: dict[Any, tuple[int, int]] = {}
         # needs verdicts, shared by the fingerprints whose needs_machine is the same
-        self.needs_machine = needs_machine(facts) if kb_index.needs_rules else (0, None)
+        self.needs_machine = ((len(fp.gpus), kb_index.smallest_gpu_mib(fp, self.facts)) if kb_index.needs_rules
+                              else (0, None))
         self.needs_failing = kb_index.needs_by_machine.setdefault(self.needs_machine, {})
         self.kept = kb_index.kept_by_count.setdefault(self.needs_machine[0], {})
         self.kept_sized = kb_index.kept_by_machine.setdefault(self.needs_machine, {})
+
+    def installed_engines(self) -> int:
+        """The rules of the engines installed on this machine, for cells that name no engine (made on first use)."""
+        if self.installed is None:
+            facts = self.facts if self.facts is not None else facts_of(self.fp)
+            self.installed = 0
+            for name, bits in self.kb_index.engine_masks.items():
+                if engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
+                    self.installed |= bits
+        return self.installed
 
     def _pair(self, mask: int) -> tuple[int, int]:
         return mask & self.low_mask, mask >> self.half_bits
@@ -476,7 +542,7 @@ class _FingerprintIndex:
         else:
             engine_key = norm_value(engine_param)
             named = kbi.engine_masks.get(engine_key, 0) if isinstance(engine_key, str) else 0
-            mask = self._pair(self.machine & (kbi.engine_free | self.installed_engines | named))
+            mask = self._pair(self.machine & (kbi.engine_free | self.installed_engines() | named))
             if engine_param.__class__ in _RAW_ENGINE_TYPES and len(self.by_engine_param) < _MAX_CACHED:
                 self.by_engine_param[engine_param] = mask
         return mask
@@ -505,7 +571,7 @@ def _fingerprint_index(kb: KnowledgeBase, fp: Fingerprint) -> _FingerprintIndex:
     else:
         if len(kb_index.fingerprints) >= _MAX_FINGERPRINTS:
             kb_index.fingerprints.clear()
-        index = _FingerprintIndex(kb_index, facts_of(fp))
+        index = _FingerprintIndex(kb_index, fp)
         kb_index.fingerprints[id(fp)] = (fp, index)
     _LAST = (kb, fp, index)
     return index

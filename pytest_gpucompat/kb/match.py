@@ -49,16 +49,10 @@ def facts_of(fp: Fingerprint) -> Facts:
     """``Facts.of`` without its cache: ``kb.index`` builds each fingerprint's facts once into the fingerprint's
     index, found by identity, so hashing the fingerprint (each of its GPUs) to find them again is work lost."""
     packages = {}
-    names = _PACKAGE_NAMES
     for name, version in fp.packages.items():
         parsed = _ver(version)
         if parsed is not None:
-            normal = names.get(name)
-            if normal is None:  # canonicalize_name runs a regular expression; a fleet has a handful of names
-                normal = normalize_package(name)
-                if len(names) < 4096:
-                    names[name] = normal
-            packages[normal] = parsed
+            packages[package_name(name)] = parsed
     return Facts(
         gpus=tuple(
             (g.name.lower(), (g.architecture or "").lower() or None, _ver(g.compute_capability),
@@ -77,6 +71,17 @@ def facts_of(fp: Fingerprint) -> Facts:
 
 _facts = lru_cache(maxsize=1024)(facts_of)  # as many as kb.index remembers fingerprints
 _PACKAGE_NAMES: dict[str, str] = {}  # a package's name as written -> normalize_package's
+
+
+def package_name(name: str) -> str:
+    """``normalize_package``, remembered per name as written (canonicalize_name runs a regular expression; a fleet
+    has a handful of names)."""
+    normal = _PACKAGE_NAMES.get(name)
+    if normal is None:
+        normal = normalize_package(name)
+        if len(_PACKAGE_NAMES) < 4096:
+            _PACKAGE_NAMES[name] = normal
+    return normal
 
 
 class _Unknown:
@@ -243,6 +248,74 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
                      _gpus_key, gpus_hold,
                      known=lambda f: bool(f.gpus)),
 )
+
+# ------------------------------------------------------------------ a fingerprint's fields as keys of its facts
+#
+# ``kb.index`` decides each machine fact once per distinct value. Reading the value from ``Facts`` means making the
+# facts (parsing every version) and writing each version back as its key; these functions make a key from the
+# fingerprint's own fields instead, one that two fingerprints share only where ``facts_of`` makes the same fact of
+# them: the fields as written, where they are of a type whose equal values are alike (str, int, None). Anything
+# else is NO_KEY, and the index decides that fact from the facts as before.
+
+NO_KEY: Any = object()
+_GPU_FIELDS = attrgetter("name", "architecture", "compute_capability", "memory_mib")
+
+
+def _text_key(name: str) -> Callable[[Fingerprint], Any]:
+    """A version field (``Facts.versions[name]``, ``_ver`` of it) or the interconnect: the text itself."""
+    field_of = attrgetter(name)
+
+    def key(fp: Fingerprint) -> Any:
+        value = field_of(fp)
+        return value if value is None or value.__class__ is str else NO_KEY
+
+    return key
+
+
+def gpus_fields_key(fp: Fingerprint) -> Any:
+    """``Facts.gpus`` is made from each GPU's name, architecture, compute capability and MiB, and the GPU conditions
+    and ``needs`` ask only whether any GPU qualifies and for the smallest: each distinct GPU's fields once, in
+    order of first appearance (``_gpus_key``'s rule, on the fields as written)."""
+    gpus = tuple(dict.fromkeys(map(_GPU_FIELDS, fp.gpus)))
+    for name, arch, cc, mib in gpus:
+        if (name.__class__ is not str or (arch is not None and arch.__class__ is not str)
+                or (cc is not None and cc.__class__ is not str) or (mib is not None and mib.__class__ is not int)):
+            return NO_KEY
+    return gpus
+
+
+def smallest_gpu_mib_of(gpus: Sequence[tuple[Any, Any, Any, int | None]]) -> float | None:
+    """``needs_machine``'s smallest GPU for the GPUs of a ``gpus_fields_key``: the same parse of each MiB."""
+    sizes = [float(key) for *_, mib in gpus
+             if mib is not None and (key := vkey(_ver(str(mib)))) is not None]
+    return min(sizes) if sizes else None
+
+
+def package_keys(fp: Fingerprint) -> tuple[dict[str, Any], Any]:
+    """Per package the fingerprint names (by ``package_name``), a key of what ``facts_of`` and ``package_fact``
+    make of it: its version as written and whether the machine lists every package (an unparsable version counts
+    as absent, which that decides); NO_KEY for a name or version that is not a str, or a package named twice. Then
+    the key of a package it does not name."""
+    listed = bool(getattr(fp, "installs", None))
+    keys: dict[str, Any] = {}
+    for name, version in fp.packages.items():
+        if name.__class__ is not str:
+            return {}, NO_KEY  # facts_of decides (or refuses) such a fingerprint
+        normal = package_name(name)
+        keys[normal] = (version, listed) if normal not in keys and version.__class__ is str else NO_KEY
+    return keys, (None, listed)
+
+
+RAW_FACT_KEYS: dict[str, Callable[[Fingerprint], Any]] = {
+    **{name: _text_key(name) for name in MACHINE_VERSIONS},
+    "gpu_count": lambda fp: len(fp.gpus),
+    "interconnect": _text_key("interconnect"),
+    "install": lambda fp: tuple(sorted(_installs(fp).items())),  # the facts' own key, made without the rest
+    "env": lambda fp: tuple(sorted(dict(getattr(fp, "env", None) or {}).items())),
+    "gpus": gpus_fields_key,
+}
+"""Per machine condition (``MACHINE_CONDITIONS``' names), its key from the fingerprint's fields."""
+
 
 PACKAGE_FIELDS = ("packages",)  # judged by package_holds, per package
 PARAM_FIELDS = ("params", "model")  # judged by param_holds, per parameter name

@@ -6,7 +6,8 @@ of each of its quarters. So a result is its two halves' rules joined, each half 
 quarters' lists, and each quarter's list made once from its bits: a new result costs two lookups and one list
 concatenation (a new list, never one remembered here), and nothing is kept per result (no object per result for
 the garbage collector to walk at every full collection). Lists rather than tuples: ``low + high`` makes the result
-in one step of exactly its size, faster than unpacking two tuples into a new list.
+in one step of exactly its size, faster than unpacking two tuples into a new list. The tables are plain dicts, read
+by the per-cell path with ``get`` (a plain dict's lookup is the interpreter's fastest), and a miss comes here.
 
 PYTEST_DONT_REWRITE
 """
@@ -14,7 +15,6 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 from itertools import compress
-from typing import Any
 
 from .schema import Rule
 
@@ -23,51 +23,68 @@ _ZERO_ONE = bytes.maketrans(b"01", b"\x00\x01")
 
 
 class Halves:
-    """A mask's rules, in knowledge-base order, are ``halves.low[mask & halves.low_mask] +
-    halves.high[mask >> halves.bits]`` (a new list; the halves' lists are shared and never handed out): the per-cell
-    path of ``kb.index`` reads these four attributes."""
+    """A mask's rules, in knowledge-base order, are the low half's rules (``low``, value ``mask & low_mask``) then
+    the high half's (``high``, value ``mask >> bits``): ``low.get(value)``, or ``low_rules(value)`` where it is not
+    there yet (likewise ``high``). The lists are shared and never handed out: a result is a new list joining two."""
 
-    __slots__ = ("bits", "low_mask", "low", "high")
+    __slots__ = ("bits", "low_mask", "low", "high", "_low", "_high")
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.bits = -(-len(rules) // 2)  # the low half's width; the high half has the rest
         self.low_mask = (1 << self.bits) - 1
-        self.low = _Half(rules, 0, self.bits)
-        self.high = _Half(rules, self.bits, len(rules) - self.bits)
+        self._low = _Half(rules, 0, self.bits)
+        self._high = _Half(rules, self.bits, len(rules) - self.bits)
+        self.low = self._low.made
+        self.high = self._high.made
+
+    def low_rules(self, value: int) -> list[Rule]:
+        return self._low.rules_of(value)
+
+    def high_rules(self, value: int) -> list[Rule]:
+        return self._high.rules_of(value)
 
 
-class _Half(dict[int, list[Rule]]):
-    """A half's value -> its rules, made on first sight from its two quarters (``__missing__``)."""
+class _Half:
+    """A half's value -> its rules (``made``), each made on first sight from its two quarters' lists."""
 
-    __slots__ = ("bits", "low_mask", "low", "high")
+    __slots__ = ("bits", "low_mask", "low", "high", "made")
 
     def __init__(self, rules: tuple[Rule, ...], base: int, width: int) -> None:
-        super().__init__()
         self.bits = -(-width // 2)
         self.low_mask = (1 << self.bits) - 1
         self.low = _Quarter(rules[base:base + self.bits])
         self.high = _Quarter(rules[base + self.bits:base + width])
+        self.made: dict[int, list[Rule]] = {}
 
-    def __missing__(self, part: int) -> list[Rule]:
-        found = self.low[part & self.low_mask] + self.high[part >> self.bits]
-        if len(self) < _MAX_PARTS:
-            self[part] = found
+    def rules_of(self, part: int) -> list[Rule]:
+        low = part & self.low_mask
+        high = part >> self.bits
+        found = self.low.made.get(low)
+        if found is None:
+            found = self.low.rules_of(low)
+        rest = self.high.made.get(high)
+        if rest is None:
+            rest = self.high.rules_of(high)
+        found = found + rest
+        made = self.made
+        if len(made) < _MAX_PARTS:
+            made[part] = found
         return found
 
 
-class _Quarter(dict[int, list[Rule]]):
-    """A quarter's value -> the rules of its set bits, made on first sight (``__missing__``)."""
+class _Quarter:
+    """A quarter's value -> the rules of its set bits (``made``), each made on first sight."""
 
-    __slots__ = ("rules",)
+    __slots__ = ("rules", "made")
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
-        super().__init__()
         self.rules = rules  # the quarter's rules, bit 0 first
+        self.made: dict[int, list[Rule]] = {}
 
-    def __missing__(self, part: Any) -> list[Rule]:
+    def rules_of(self, part: int) -> list[Rule]:
         # the bits as bytes of 0 and 1, bit 0 first (bin() without its "0b", reversed): compress() keeps the rules
         # of the set ones and stops at the highest
         found = list(compress(self.rules, bin(part)[:1:-1].encode().translate(_ZERO_ONE)))
-        if len(self) < _MAX_PARTS:
-            self[part] = found
+        if len(self.made) < _MAX_PARTS:
+            self.made[part] = found
         return found
