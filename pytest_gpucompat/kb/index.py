@@ -27,7 +27,7 @@ from .match import (
     WEIGHTS_PARAM,
     Facts,
     clear_facts_cache,
-    engine_holds,
+    engine_installed,
     facts_of,
     gpus_fields_key,
     has_needs,
@@ -35,6 +35,7 @@ from .match import (
     needs_machine,
     package_holds,
     package_keys,
+    package_versions,
     param_holds,
     param_names,
     smallest_gpu_mib_of,
@@ -103,10 +104,10 @@ def matching_rules(
     high = c_high & k_high
     found = fpi.low.get(low)
     if found is None:
-        found = fpi.halves.low_rules(low)
+        found = fpi.low_rules(low)
     rest = fpi.high.get(high)
     if rest is None:
-        rest = fpi.halves.high_rules(high)
+        rest = fpi.high_rules(high)
     return found + rest
 
 
@@ -494,8 +495,8 @@ class _FingerprintIndex:
     """The rules whose machine conditions hold on one fingerprint, and of those the ones each engine can match."""
 
     __slots__ = ("kb_index", "fp", "facts", "machine", "installed", "by_engine", "by_engine_param",
-                 "needs_machine", "needs_failing", "kept", "kept_sized", "low", "high", "halves", "low_mask",
-                 "half_bits")
+                 "needs_machine", "needs_failing", "kept", "kept_sized", "low", "high", "low_rules", "high_rules",
+                 "low_mask", "half_bits")
 
     # by_engine, by_engine_param, kept and kept_sized hold masks as their (low, high) halves: see matching_rules
 
@@ -505,8 +506,8 @@ class _FingerprintIndex:
         self.machine, self.facts = kb_index.fingerprint_mask(fp)  # the facts only where some field was new
         self.installed: int | None = None  # rules of the engines installed here (cells without an engine)
         halves = kb_index.halves  # the knowledge base's, here to be one attribute nearer to the per-cell path
-        self.halves = halves
         self.low, self.high, self.low_mask, self.half_bits = halves.low, halves.high, halves.low_mask, halves.bits
+        self.low_rules, self.high_rules = halves.low_rules, halves.high_rules
         # the engines of the knowledge base's rules, now; any other when a cell names it
         self.by_engine = {engine: self._pair(self.machine & (kb_index.engine_free | bits))
                           for engine, bits in kb_index.engine_masks.items()}
@@ -521,10 +522,10 @@ class _FingerprintIndex:
     def installed_engines(self) -> int:
         """The rules of the engines installed on this machine, for cells that name no engine (made on first use)."""
         if self.installed is None:
-            facts = self.facts if self.facts is not None else facts_of(self.fp)
+            packages = self.facts.packages if self.facts is not None else package_versions(self.fp)
             self.installed = 0
             for name, bits in self.kb_index.engine_masks.items():
-                if engine_holds(name, facts, None, {}):  # no engine given: the rule's engine is installed here
+                if engine_installed(name, packages):  # engine_holds(name, facts, None, {}), without the facts
                     self.installed |= bits
         return self.installed
 

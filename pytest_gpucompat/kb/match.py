@@ -48,11 +48,6 @@ class Facts:
 def facts_of(fp: Fingerprint) -> Facts:
     """``Facts.of`` without its cache: ``kb.index`` builds each fingerprint's facts once into the fingerprint's
     index, found by identity, so hashing the fingerprint (each of its GPUs) to find them again is work lost."""
-    packages = {}
-    for name, version in fp.packages.items():
-        parsed = _ver(version)
-        if parsed is not None:
-            packages[package_name(name)] = parsed
     return Facts(
         gpus=tuple(
             (g.name.lower(), (g.architecture or "").lower() or None, _ver(g.compute_capability),
@@ -62,7 +57,7 @@ def facts_of(fp: Fingerprint) -> Facts:
         gpu_count=parse_version(str(len(fp.gpus))),
         interconnect=fp.interconnect,
         versions={name: _ver(getattr(fp, name)) for name in MACHINE_VERSIONS},
-        packages=packages,
+        packages=package_versions(fp),
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
         env=dict(getattr(fp, "env", None) or {}),
@@ -71,6 +66,16 @@ def facts_of(fp: Fingerprint) -> Facts:
 
 _facts = lru_cache(maxsize=1024)(facts_of)  # as many as kb.index remembers fingerprints
 _PACKAGE_NAMES: dict[str, str] = {}  # a package's name as written -> normalize_package's
+
+
+def package_versions(fp: Fingerprint) -> dict[str, Version]:
+    """``Facts.packages``: each package whose version parses, by its normalized name."""
+    packages = {}
+    for name, version in fp.packages.items():
+        parsed = _ver(version)
+        if parsed is not None:
+            packages[package_name(name)] = parsed
+    return packages
 
 
 def package_name(name: str) -> str:
@@ -389,7 +394,12 @@ def engine_holds(wanted: str | None, facts: Facts, engine: str | None, params: M
         return True
     if engine is not None:
         return engine == wanted
-    return wanted in facts.packages or norm_value(params.get("engine")) == wanted
+    return engine_installed(wanted, facts.packages) or norm_value(params.get("engine")) == wanted
+
+
+def engine_installed(wanted: str, packages: Mapping[str, Version]) -> bool:
+    """``engine_holds`` without an engine, by the machine: the rule's engine is installed (``Facts.packages``)."""
+    return wanted in packages
 
 
 def gpus_needed(names: Sequence[str], params: Mapping[str, Any]) -> int | None:
