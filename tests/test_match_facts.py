@@ -178,3 +178,44 @@ def test_version_keys_are_said_once_per_version_up_to_4096() -> None:
     late = Counted("2.0")
     assert vkey(late) == vkey(late) == "2.0" and len(said) == 4098  # past the bound: said each time
     assert vkey(None) is None
+
+
+
+def _gpu(**fields: object) -> GPU:
+    return GPU(index=0, name="x", **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (Fingerprint(gpus=(_gpu(memory_mib=1),)), Fingerprint(gpus=(_gpu(memory_mib=True),))),
+    (Fingerprint(gpus=(_gpu(memory_mib=1),)), Fingerprint(gpus=(_gpu(memory_mib=1.0),))),
+    (Fingerprint(gpus=(_gpu(compute_capability=8),)), Fingerprint(gpus=(_gpu(compute_capability=8.0),))),
+    (Fingerprint(driver=535), Fingerprint(driver=535.0)),  # type: ignore[arg-type]
+    (Fingerprint(cuda_runtime=0.0), Fingerprint(cuda_runtime=-0.0)),  # type: ignore[arg-type]
+    (Fingerprint(packages={"vllm": 1}), Fingerprint(packages={"vllm": True})),  # type: ignore[dict-item]
+    (Fingerprint(env={"V": 1}), Fingerprint(env={"V": True})),  # type: ignore[dict-item]
+    (Fingerprint(installs={"vllm": {"complete": True}}),  # type: ignore[dict-item]
+     Fingerprint(installs={"vllm": {"complete": 1}})),  # type: ignore[dict-item]
+])
+def test_equal_fingerprints_of_other_types_get_their_own_facts(first: Fingerprint, second: Fingerprint) -> None:
+    """``Facts.of`` remembers facts per fingerprint, found by equality: fingerprints equal in Python whose fields
+    are of other types (1 MiB and True, 535 and 535.0, 0.0 and -0.0) each get the facts made from them, either
+    order."""
+    clear_facts_cache()
+    for a, b in ((first, second), (second, first)):
+        assert a == b
+        assert match.Facts.of(a) == facts_of(a)
+        assert match.Facts.of(b) == facts_of(b)
+
+
+def test_versions_of_equal_values_of_other_types_are_parsed_from_their_own_text() -> None:
+    """``parse_version`` remembers versions by text: ``1`` then ``True`` (equal keys), ``0.0`` then ``-0.0``."""
+    from pytest_gpucompat.common.versions import parse_version
+
+    assert parse_version(1) == Version("1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'True' is not a version"):
+        parse_version(True)  # type: ignore[arg-type]
+    assert parse_version(0.0) == Version("0.0")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'-0.0' is not a version"):
+        parse_version(-0.0)  # type: ignore[arg-type]
+    assert facts_of(Fingerprint(driver=1)).versions["driver"] == Version("1")  # type: ignore[arg-type]
+    assert facts_of(Fingerprint(driver=True)).versions["driver"] is None  # type: ignore[arg-type]

@@ -20,11 +20,17 @@ from packaging.version import InvalidVersion, Version
 _OPERATOR = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>|===)")
 
 
-@lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version:
-    """Parse a version; raises ValueError with the offending text."""
+    """Parse a version; raises ValueError with the offending text. Remembered by the text itself: a value that is not
+    a str is parsed as its ``str()``, and is no key of its own (``1`` and ``True``, ``0.0`` and ``-0.0`` are equal
+    keys, different texts)."""
+    return _parse_text(text if text.__class__ is str else str(text))
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Version:
     try:
-        return Version(str(text).strip())
+        return Version(text.strip())
     except InvalidVersion:
         raise ValueError(f"'{text}' is not a version") from None
 

@@ -42,7 +42,10 @@ class Facts:
 
     @classmethod
     def of(cls, fp: Fingerprint) -> Facts:
-        return _facts(fp)
+        """The fingerprint's facts, remembered for fingerprints whose fields are all of the types they are written
+        in (``_plain``): the cache finds a fingerprint by equality, and equal fingerprints of other types (a GPU of
+        1 MiB and one of True, a driver of 535 and one of 535.0) are different facts."""
+        return _facts(fp) if _plain(fp) else facts_of(fp)
 
 
 def facts_of(fp: Fingerprint) -> Facts:
@@ -65,6 +68,7 @@ def facts_of(fp: Fingerprint) -> Facts:
 
 
 _facts = lru_cache(maxsize=1024)(facts_of)  # as many as kb.index remembers fingerprints
+_GPU_FIELDS = attrgetter("name", "architecture", "compute_capability", "memory_mib")  # what facts_of reads of a GPU
 _PACKAGE_NAMES: dict[str, str] = {}  # a package's name as written -> normalize_package's
 
 
@@ -76,6 +80,30 @@ def package_versions(fp: Fingerprint) -> dict[str, Version]:
         if parsed is not None:
             packages[package_name(name)] = parsed
     return packages
+
+
+def _is_text(value: Any) -> bool:
+    return value is None or value.__class__ is str
+
+
+def _plain(fp: Fingerprint) -> bool:
+    """Whether every field ``facts_of`` reads is of the type a fingerprint file gives it (texts str or None, a GPU's
+    MiB int or None, an install's ``complete`` bool or None), so equal fingerprints make equal facts."""
+    if not all(map(_is_text, (fp.driver, fp.cuda_driver, fp.cuda_runtime, fp.interconnect))):
+        return False
+    for name, arch, cc, mib in map(_GPU_FIELDS, fp.gpus):
+        if not (name.__class__ is str and _is_text(arch) and _is_text(cc) and (mib is None or mib.__class__ is int)):
+            return False
+    env = getattr(fp, "env", None) or {}
+    if not all(map(_is_text, (*fp.packages, *fp.packages.values(), *env, *env.values()))):
+        return False
+    installs = getattr(fp, "installs", None)
+    if isinstance(installs, Mapping):
+        for state in installs.values():
+            complete = state.get("complete") if isinstance(state, Mapping) else getattr(state, "complete", None)
+            if complete is not None and complete.__class__ is not bool:
+                return False
+    return True
 
 
 def package_name(name: str) -> str:
@@ -263,7 +291,6 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
 # else is NO_KEY, and the index decides that fact from the facts as before.
 
 NO_KEY: Any = object()
-_GPU_FIELDS = attrgetter("name", "architecture", "compute_capability", "memory_mib")
 
 
 def _text_key(name: str) -> Callable[[Fingerprint], Any]:
