@@ -13,6 +13,8 @@ import random
 import types
 from typing import Any
 
+import pytest
+
 from pytest_gpucompat.kb import KnowledgeBase, Rule, load_kb, matching_rules, parse_rule, rule_matches
 from pytest_gpucompat.kb.match import facts_of
 from pytest_gpucompat.machine.fingerprint import GPU, Fingerprint
@@ -213,3 +215,19 @@ def test_fingerprint_fields_of_every_type_decide_the_machine_as_their_facts_do()
             for params in cells:
                 for engine in (None, "vllm", "sglang"):
                     assert _ids(kb, fp, engine, params) == _reference(kb, fp, engine, params), (fp, engine)
+
+
+def test_a_machine_condition_without_a_field_key_is_decided_from_the_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine condition added without its entry in ``RAW_FACT_KEYS`` is read from the facts every time: the same
+    answers as the reference."""
+    from pytest_gpucompat.kb import clear_match_cache, match
+
+    monkeypatch.delitem(match.RAW_FACT_KEYS, "driver")
+    monkeypatch.delitem(match.RAW_FACT_KEYS, "gpus")
+    clear_match_cache()
+    kb = KnowledgeBase(rules=(_rule(id="old-driver", when={"driver": "<535"}),
+                              _rule(id="a100", when={"gpu": ["*A100*"]})))
+    for fp in (Fingerprint(gpus=(A100,), driver="470.256.02"), Fingerprint(gpus=(H200,), driver="580.65.06"),
+               Fingerprint(gpus=(A100,), driver="580.65.06"), Fingerprint(gpus=(H200,), driver="470.256.02")) * 2:
+        assert _ids(kb, fp, "vllm", {}) == _reference(kb, fp, "vllm", {}), fp
+    clear_match_cache()

@@ -2,7 +2,8 @@
 
 The hot path (every cell of every matrix against every rule). The answer is by definition that of
 ``kb.match.rule_matches`` rule by rule; the masks are computed with the same per-condition functions and remembered,
-so each machine fact is judged once per fingerprint and each parameter value once per knowledge base. The indexes
+so each value of a machine fact (found by the fingerprint's own fields: ``match.RAW_FACT_KEYS``) and each parameter
+value is judged once per knowledge base, and a fingerprint is parsed only where one of its values is new. The indexes
 are process-wide, keyed by the ``KnowledgeBase`` object (``kb.load.load_kb`` returns the same object for unchanged
 files); ``clear_match_cache`` forgets them.
 
@@ -22,13 +23,13 @@ from ..machine.fingerprint import Fingerprint
 from .match import (
     MACHINE_CONDITIONS,
     NO_KEY,
-    RAW_FACT_KEYS,
     UNKNOWN,
     WEIGHTS_PARAM,
     Facts,
     clear_facts_cache,
     engine_installed,
     facts_of,
+    field_key,
     gpus_fields_key,
     has_needs,
     needs_hold_on,
@@ -63,9 +64,10 @@ def matching_rules(
     """The rules of ``kb`` that match ``fp`` running ``engine`` with ``params``, in knowledge-base order.
 
     The same answer as ``[r for r in kb.rules if rule_matches(r, Facts.of(fp), engine, merged_params)]``, from
-    an index (see ``_KbIndex``): machine conditions are decided once per fingerprint, each parameter value once
-    per knowledge base, and what a cell's parameters leave of the rules is remembered by their exact content
-    (``_KbIndex.kept_mask``), so a cell of a known parameter set costs one ``marshal`` call and a few lookups.
+    an index (see ``_KbIndex``): machine conditions are decided once per fingerprint from tables of the facts'
+    values, each parameter value once per knowledge base, and what a cell's parameters leave of the rules is
+    remembered by their exact content (``_KbIndex.kept_mask``), so a cell of a known parameter set costs one
+    ``marshal`` call and a few lookups.
     """
     last = _LAST
     fpi = last[2] if last[1] is fp and last[0] is kb else None
@@ -244,11 +246,11 @@ class _KbIndex:
         # once per fact value (many rules share a driver or package window)
         self.machine_conditions = {f: _grouped(f, entries) for f, entries in by_field.items()}
         self.machine_tables: dict[Any, dict[Any, int]] = {f: {} for f in self.machine_conditions}
-        # the machine conditions some rule tests, each with its fingerprint fields' key (match.RAW_FACT_KEYS), its
+        # the machine conditions some rule tests, each with its fingerprint fields' key (match.field_key), its
         # table by that key and its table by fact; each package some rule tests, its tables by key
         # (match.package_keys) and by fact
         self.field_probes: tuple[tuple[Any, Callable[[Fingerprint], Any], dict[Any, int], dict[Any, int]], ...] = tuple(
-            (c, RAW_FACT_KEYS[c.name], {}, self.machine_tables[c.name])
+            (c, field_key(c.name), {}, self.machine_tables[c.name])
             for c in MACHINE_CONDITIONS if c.name in self.machine_tables)
         self.package_field_probes: tuple[tuple[str, dict[Any, int], dict[Any, int]], ...] = tuple(
             (f[1], {}, t) for f, t in self.machine_tables.items() if isinstance(f, tuple))
@@ -274,8 +276,8 @@ class _KbIndex:
         is never parsed."""
         mask = self.all_mask
         facts = None
-        for cond, field_key, table, by_fact in self.field_probes:
-            key = field_key(fp)
+        for cond, key_of, table, by_fact in self.field_probes:
+            key = key_of(fp)
             bits = table.get(key)
             if bits is None:
                 if facts is None:

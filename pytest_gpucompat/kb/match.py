@@ -346,7 +346,17 @@ RAW_FACT_KEYS: dict[str, Callable[[Fingerprint], Any]] = {
     "env": lambda fp: tuple(sorted(dict(getattr(fp, "env", None) or {}).items())),
     "gpus": gpus_fields_key,
 }
-"""Per machine condition (``MACHINE_CONDITIONS``' names), its key from the fingerprint's fields."""
+"""Per machine condition (``MACHINE_CONDITIONS``' names), its key from the fingerprint's fields (``field_key``)."""
+
+
+def field_key(name: str) -> Callable[[Fingerprint], Any]:
+    """The machine condition's key from the fingerprint's fields; for one without (a condition added without its
+    entry in ``RAW_FACT_KEYS``), always NO_KEY: the index decides it from the facts, as exactly and more slowly."""
+    return RAW_FACT_KEYS.get(name, _no_key)
+
+
+def _no_key(fp: Fingerprint) -> Any:
+    return NO_KEY
 
 
 PACKAGE_FIELDS = ("packages",)  # judged by package_holds, per package
