@@ -49,6 +49,11 @@ class _Shouty(str):
         return "FP8-SHOUTY"
 
 
+class _Lowered(str):
+    def lower(self) -> str:
+        return "nvidia h200"
+
+
 KB = KnowledgeBase(rules=(
     _rule(id="kv-fp8", when={"params": {"kv_cache_dtype": ["fp8"]}}),
     _rule(id="kv-unset", when={"params": {"kv_cache_dtype": [None]}}),
@@ -172,6 +177,7 @@ def test_fingerprint_fields_of_every_type_decide_the_machine_as_their_facts_do()
         _rule(id="old-vllm", when={"packages": {"vllm": "<0.7"}}),
         _rule(id="small-gpu", when={"gpu_memory_mib": "<=1"}),
         _rule(id="ampere", when={"arch": ["ampere"]}),
+        _rule(id="h200", when={"gpu": ["*h200*"]}),
         _rule(id="old-driver", when={"driver": "<535"}),
         _rule(id="nvlink", when={"interconnect": "nvlink"}),
         _rule(id="fits", when={"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}),
@@ -184,6 +190,7 @@ def test_fingerprint_fields_of_every_type_decide_the_machine_as_their_facts_do()
     negative = dataclasses.replace(H200, memory_mib=-5)
     cc_one = dataclasses.replace(A100, compute_capability=1)  # type: ignore[arg-type]
     cc_true = dataclasses.replace(A100, compute_capability=True)  # type: ignore[arg-type]
+    disguised = dataclasses.replace(A100, name=_Lowered(A100.name))  # an A100 by its text, an H200 to the facts
     complete = {"vllm": EngineInstall(complete=True), "sglang": EngineInstall(complete=False)}
     fps = [
         Fingerprint(gpus=(A100,), driver="535.104.05", packages={"vllm": "0.6.3"}),
@@ -200,6 +207,7 @@ def test_fingerprint_fields_of_every_type_decide_the_machine_as_their_facts_do()
         Fingerprint(gpus=(H200,), packages={_Shouty("vllm"): "0.6.3"}),
         Fingerprint(gpus=(cc_one,)),
         Fingerprint(gpus=(cc_true,)),
+        Fingerprint(gpus=(disguised,), driver="535.104.05", packages={"vllm": "0.6.3"}),
         Fingerprint(gpus=(A100,), driver=1),  # type: ignore[arg-type]
         Fingerprint(gpus=(A100,), driver=True),  # type: ignore[arg-type]
         Fingerprint(gpus=(H200,), packages={"flashinfer_python": "0.2.0", "vllm": "0.26.0"}, installs=complete),

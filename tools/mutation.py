@@ -45,7 +45,7 @@ TESTS = (
     "tests/test_memory.py", "tests/test_compare.py", "tests/test_diff_compare.py", "tests/test_diff_coverage.py",
     "tests/test_diff_gate.py", "tests/test_diff_verdicts.py", "tests/test_cross_runner.py", "tests/test_report.py",
     "tests/test_record_schema.py", "tests/test_history_data.py", "tests/test_matrix_expansion.py",
-    "tests/test_match_facts.py", "tests/test_env_conditions.py",
+    "tests/test_match_facts.py", "tests/test_env_conditions.py", "tests/test_kb_index_cache.py",
 )
 KILLED = {"killed", "timeout", "caught by type check"}
 EQUIVALENT = ROOT / "docs" / "reports" / "mutation-equivalent.json"
