@@ -113,7 +113,10 @@ class ReportCollector:
                 else:
                     self._again(report, cell)
             else:
-                payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text, as payload.text makes it
+                # JSON text, as payload.text makes it; one made by this process just now, as data (no decoding)
+                payload: Any = cell_payload.taken(sent)
+                if payload is None:
+                    payload = json.loads(sent) if isinstance(sent, str) else sent
                 if not isinstance(payload, dict):  # a test that is no cell
                     return
                 if cell is None:

@@ -121,7 +121,7 @@ def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
     extra = {k: v for k, v in cs.notes.items() if k not in _NOTED_FIELDS}
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu = visible_devices()
     extra.update((k, v) for k, v in (("engine_info", cs.info), ("gpu", gpu)) if v)
     return {"metrics": cs.metrics, "series": cs.series, "log_tail": cs.log_tail, **fields, "extra": extra,
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
@@ -137,8 +137,27 @@ def fixed_text(cs: PayloadSource) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
     it is JSON-safe already, an encoder made once writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
+    return fixed_text_and_data(cs)[0]
+
+
+def fixed_text_and_data(cs: PayloadSource) -> tuple[str, dict[str, Any] | None]:
+    """`fixed_text`, and the fixed part itself where it is flat (`_flat`): what `hand` may offer as data."""
     fixed, ready = _fixed_part(cs)
-    return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1]
+    if not ready:
+        return json.dumps(fixed, default=str)[1:-1], None
+    return _dumps_safe(fixed)[1:-1], fixed if _flat(fixed) else None
+
+
+def _flat(fixed: dict[str, Any]) -> bool:
+    """Whether each value of a JSON-safe fixed part (`_is_json_safe`) is a JSON atom, a mapping of atoms or an
+    empty list: JSON gives such data back as equal values of the same types (no tuple becomes a list), and a copy
+    one level deep (`taken`) shares no container with the cell. A cell of a large matrix without findings is."""
+    for value in fixed.values():
+        kind = value.__class__
+        if not (kind in _ATOMS or (kind is dict and all(v.__class__ in _ATOMS for v in value.values()))
+                or (kind is list and not value)):
+            return False
+    return True
 
 
 def _safe_encoder() -> Callable[[Any], str]:
@@ -165,18 +184,73 @@ def _safe_encoder() -> Callable[[Any], str]:
 _dumps_safe = _safe_encoder()
 
 
+_ENVIRON = os.environ
+_ENVIRON_DATA: Any = getattr(_ENVIRON, "_data", None)  # os.environ's own store (what its __getitem__ reads)
+if _ENVIRON_DATA.__class__ is not dict:
+    _ENVIRON_DATA = None
+_VISIBLE_KEY: Any = _ENVIRON.encodekey("CUDA_VISIBLE_DEVICES") if _ENVIRON_DATA is not None else None
+
+
+def visible_devices() -> str | None:
+    """``os.environ.get("CUDA_VISIBLE_DEVICES")`` (the GPUs this process may use, read at every phase: a test may
+    change it), read from os.environ's own store the way its ``__getitem__`` does, without the mapping's layers of
+    calls; through ``os.environ.get`` where os.environ is another object than at import or keeps no such store."""
+    env = os.environ
+    if env is not _ENVIRON or _ENVIRON_DATA is None:
+        return env.get("CUDA_VISIBLE_DEVICES")
+    raw = _ENVIRON_DATA.get(_VISIBLE_KEY)
+    return None if raw is None else env.decodevalue(raw)
+
+
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 """`live_part` as JSON text for a cell with nothing measured or noted (most phases of most cells), per (runner,
 CUDA_VISIBLE_DEVICES): made once rather than per phase."""
+
+
+_EMPTY_LIVE_DATA: dict[str, dict[str, Any]] = {}
+"""Each text of ``_EMPTY_LIVE`` -> what JSON reads of it (its values JSON atoms and mappings of atoms)."""
 
 
 def live_text(cs: PayloadSource, runner: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
-        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        return _EMPTY_LIVE.get(key) or _EMPTY_LIVE.setdefault(key, json.dumps(live_part(cs, runner), default=str)[1:])
+        key = (runner, visible_devices())
+        text = _EMPTY_LIVE.get(key)
+        if text is None:
+            text = _EMPTY_LIVE[key] = json.dumps(live_part(cs, runner), default=str)[1:]
+            _EMPTY_LIVE_DATA[text] = json.loads("{" + text)
+        return text
     return json.dumps(live_part(cs, runner), default=str)[1:]
+
+
+_HANDED: list[Any] = [None, None, None]
+"""The last payload this process made that `taken` may give as data: (its text, its flat fixed part, its live
+text), or Nones."""
+
+
+def hand(text: str, fixed: dict[str, Any] | None, live: str) -> None:
+    """Offer the payload ``text`` (``join(fixed_text, live)``) to a report writer in this process as data
+    (`taken`), where its fixed part is flat (``fixed``, from `fixed_text_and_data`) and nothing was measured or
+    noted (``live`` is an ``_EMPTY_LIVE`` text): the first payload of most cells. Anything else is read from its
+    text. An xdist worker offers too; no one takes it, and the next payload replaces it."""
+    if fixed is not None and live in _EMPTY_LIVE_DATA:
+        _HANDED[:] = (text, fixed, live)
+
+
+def taken(text: Any) -> CellPayload | None:
+    """What ``json.loads(text)`` gives, where ``text`` is the very payload this process offered last (`hand`): the
+    same keys in the same order, equal values of the same types, in containers of its own (a copy one level deep
+    of the flat data). None for any other text (a worker's, sent over xdist's channel, is another object), which the
+    caller decodes."""
+    handed = _HANDED
+    if text is None or handed[0] is not text:
+        return None
+    fixed, live = handed[1], _EMPTY_LIVE_DATA[handed[2]]
+    handed[:] = (None, None, None)
+    payload = {k: v.copy() if v.__class__ is dict or v.__class__ is list else v for k, v in fixed.items()}
+    payload.update((k, v.copy() if v.__class__ is dict or v.__class__ is list else v) for k, v in live.items())
+    return payload
 
 
 def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
