@@ -1,5 +1,5 @@
-"""A cell's first payload, taken as data by the report writer of the same process (``session.payload.taken``), is
-what decoding its JSON text gives: the same keys in the same order, equal values of the same types, in containers
+"""A cell's first payload, taken as data by the report writer of the same process (``session.payload.taken_cell``),
+is what decoding its JSON text gives: the same keys in the same order, equal values of the same types, in containers
 of its own; any payload the shortcut cannot vouch for, and any text it did not just make, is decoded."""
 
 from __future__ import annotations
@@ -52,62 +52,75 @@ PARAMS: list[dict[str, Any]] = [
 ]
 
 
+def new_cell(text: str | None, nodeid: str = "t.py::test[x]", worker: str | None = None) -> dict[str, Any]:
+    return payload.new_cell(nodeid, worker, json.loads(text or ""))
+
+
 @pytest.mark.parametrize("params", PARAMS, ids=str)
 @pytest.mark.parametrize("findings", [(), (FINDING,)], ids=["plain", "finding"])
 @pytest.mark.parametrize("gpu", [None, "0,1"])
-@pytest.mark.parametrize("runner", ["bench", None])
+@pytest.mark.parametrize("runner", ["bench", None, ""])
 @pytest.mark.parametrize("axes", [{}, {"gpu": "h100"}])
-def test_taken_is_what_json_reads(params: dict[str, Any], findings: tuple[Finding, ...], gpu: str | None,
-                                  runner: str | None, axes: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("engine", ["hf", "", None])
+def test_taken_cell_is_the_decoded_payloads(params: dict[str, Any], findings: tuple[Finding, ...], gpu: str | None,
+                                            runner: str | None, axes: dict[str, str], engine: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if gpu is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpu)
-    cs = LiveCell(cell=MatrixCell(engine="hf", params=params, axes=axes), findings=findings)
+    cs = LiveCell(cell=MatrixCell(engine=engine, params=params, axes=axes), findings=findings)
+    fixed = payload.fixed_part(cs)
+    assert payload.fixed_text(cs) == json.dumps(fixed, default=str)[1:-1]  # the flat cell's text is the same
     text = cs.payload_for("setup", True, runner)
     assert text is not None
-    decoded = json.loads(text)
-    data = payload.taken(text)
+    worker = "gw0" if runner else None
+    cell = payload.taken_cell(text, "t.py::test[x]", worker)
     flat = not findings and all(type(v) in (str, int, float, bool, type(None)) for v in params.values())
-    assert (data is not None) == flat
-    if data is not None:
-        assert same(data, decoded)
-        assert payload.taken(text) is None  # taken once
+    assert (cell is not None) == flat
+    if cell is not None:
+        assert same(cell, new_cell(text, worker=worker))
+        assert payload.taken_cell(text, "t.py::test[x]", worker) is None  # taken once
 
 
-def test_taken_shares_nothing_with_the_cell() -> None:
+def test_taken_cell_shares_nothing_with_the_cell() -> None:
     params = {"a": 1}
     cs = LiveCell(cell=MatrixCell(engine="hf", params=params, axes={"gpu": "h100"}))
-    text = cs.payload_for("setup", True, "bench")
-    data = payload.taken(text)
-    assert data is not None
-    data["params"]["a"] = 2
-    data["axes"]["gpu"] = "a100"
-    data["metrics"]["m"] = 1.0
-    data["extra"]["k"] = 1
-    assert params == {"a": 1} and cs.cell.params == {"a": 1} and cs.cell.axes == {"gpu": "h100"}
-    again = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1})).payload_for("setup", True, "bench")
-    assert same(payload.taken(again), json.loads(again or ""))  # the shared empty live part is untouched
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    try:
+        text = cs.payload_for("setup", True, "bench")
+        cell = payload.taken_cell(text, "t.py::test[x]", None)
+        assert cell is not None
+        cell["params"]["a"] = 2
+        cell["axes"]["gpu"] = "a100"
+        cell["extra"]["k"] = 1
+        assert params == {"a": 1} and cs.cell.params == {"a": 1} and cs.cell.axes == {"gpu": "h100"}
+        again = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1})).payload_for("setup", True, "bench")
+        assert same(payload.taken_cell(again, "n", None), new_cell(again, "n"))  # the shared parts are untouched
+    finally:
+        del os.environ["CUDA_VISIBLE_DEVICES"]
 
 
 def test_only_the_very_text_made_last_is_taken() -> None:
     first = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1})).payload_for("setup", True, "bench")
     second = LiveCell(cell=MatrixCell(engine="hf", params={"a": 2})).payload_for("setup", True, "bench")
     assert first is not None and second is not None
-    assert payload.taken(first) is None  # replaced by the later one
-    assert payload.taken("".join(list(second))) is None  # equal text, another object: a worker's, decoded
-    assert payload.taken(None) is None
-    assert payload.taken(second) is not None
+    assert payload.taken_cell(first, "n", None) is None  # replaced by the later one
+    assert payload.taken_cell("".join(list(second)), "n", None) is None  # equal text, another object: decoded
+    assert payload.taken_cell(None, "n", None) is None
+    assert payload.taken_cell(second, "n", None) is not None
 
 
 def test_later_phases_and_measured_cells_are_decoded() -> None:
     cs = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1}))
-    payload.taken(cs.payload_for("setup", True, "bench"))
+    payload.taken_cell(cs.payload_for("setup", True, "bench"), "n", None)
     cs.metrics["tokens_per_s"] = 3.0
     call = cs.payload_for("call", True, "bench")
-    assert call is not None and payload.taken(call) is None
+    assert call is not None and payload.taken_cell(call, "n", None) is None
     measured = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1}), notes={"prompts": ["p"]})
-    assert payload.taken(measured.payload_for("setup", True, "bench")) is None
+    assert payload.taken_cell(measured.payload_for("setup", True, "bench"), "n", None) is None
+    failed = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1}), engine_failed=True)
+    assert payload.taken_cell(failed.payload_for("setup", False, "bench"), "n", None) is None
 
 
 def test_visible_devices_is_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,7 @@ _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 _NEXT_PHASE = {None: "call", "setup": "teardown", "call": "teardown", "teardown": "teardown"}
 _CELLS_DIR = "gpucompat_cells_dir"  # workerinput key: where xdist workers leave their collected cells
 _REAPED_S = 3.0  # how long a dead worker's exit status may take to be there
+_NO_FAILURE: CellPayload = {}  # a payload that says no engine failed, as `_outcome` reads it (payload.taken_cell)
 
 
 class ReportCollector:
@@ -113,17 +114,20 @@ class ReportCollector:
                 else:
                     self._again(report, cell)
             else:
-                # JSON text, as payload.text makes it; one made by this process just now, as data (no decoding)
-                payload: Any = cell_payload.taken(sent)
-                if payload is None:
-                    payload = json.loads(sent) if isinstance(sent, str) else sent
-                if not isinstance(payload, dict):  # a test that is no cell
-                    return
-                if cell is None:
-                    cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, _worker_id(report), payload)
+                # a cell's first payload, made by this process just now: the cell, without decoding it
+                taken = cell_payload.taken_cell(sent, nodeid, _worker_id(report)) if cell is None else None
+                if taken is not None:
+                    cell = self.cells[nodeid] = taken
+                    self._again(report, cell, _NO_FAILURE)
                 else:
-                    cell_payload.merge(cell, payload)
-                self._again(report, cell, payload)
+                    payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text (payload.text)
+                    if not isinstance(payload, dict):  # a test that is no cell
+                        return
+                    if cell is None:
+                        cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, _worker_id(report), payload)
+                    else:
+                        cell_payload.merge(cell, payload)
+                    self._again(report, cell, payload)
         if report.when == "teardown":
             self._settle(nodeid)
         if self.path and self._checkpoint_due():

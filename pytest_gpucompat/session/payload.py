@@ -141,23 +141,30 @@ def fixed_text(cs: PayloadSource) -> str:
 
 
 def fixed_text_and_data(cs: PayloadSource) -> tuple[str, dict[str, Any] | None]:
-    """`fixed_text`, and the fixed part itself where it is flat (`_flat`): what `hand` may offer as data."""
+    """`fixed_text`, and for a flat cell (`_flat_cell`) its ``to_dict()``: what `hand` may offer as data. A flat
+    cell's text is written from its three values (the same text as the encoder writes of the whole part)."""
+    if not (cs.findings or cs.flagged):
+        cell = cs.cell.to_dict()
+        if _flat_cell(cell):
+            axes = cell["axes"]
+            return ('"engine": ' + _dumps_safe(cell["engine"]) + ', "params": ' + _dumps_safe(cell["params"])
+                    + ', "axes": ' + (_dumps_safe(axes) if axes else "{}") + ', "rules": [], "findings": []'), cell
     fixed, ready = _fixed_part(cs)
-    if not ready:
-        return json.dumps(fixed, default=str)[1:-1], None
-    return _dumps_safe(fixed)[1:-1], fixed if _flat(fixed) else None
+    return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1], None
 
 
-def _flat(fixed: dict[str, Any]) -> bool:
-    """Whether each value of a JSON-safe fixed part (`_is_json_safe`) is a JSON atom, a mapping of atoms or an
-    empty list: JSON gives such data back as equal values of the same types (no tuple becomes a list), and a copy
-    one level deep (`taken`) shares no container with the cell. A cell of a large matrix without findings is."""
-    for value in fixed.values():
-        kind = value.__class__
-        if not (kind in _ATOMS or (kind is dict and all(v.__class__ in _ATOMS for v in value.values()))
-                or (kind is list and not value)):
-            return False
-    return True
+_CELL_ORDER = ["engine", "params", "axes"]
+
+
+def _flat_cell(cell: dict[str, Any]) -> bool:
+    """Whether a cell's ``to_dict()`` is its engine (a JSON atom), params and axes (dicts of text keys and JSON
+    atoms): JSON gives such data back as equal values of the same types (no tuple becomes a list, no subclass its
+    base), and copies of its two dicts share nothing with the cell. A cell of a large matrix is."""
+    params, axes = cell.get("params"), cell.get("axes")
+    return (list(cell) == _CELL_ORDER and cell["engine"].__class__ in _ATOMS and params.__class__ is dict
+            and axes.__class__ is dict
+            and all(k.__class__ is str and v.__class__ in _ATOMS for k, v in params.items())
+            and all(k.__class__ is str and v.__class__ in _ATOMS for k, v in axes.items()))
 
 
 def _safe_encoder() -> Callable[[Any], str]:
@@ -225,32 +232,59 @@ def live_text(cs: PayloadSource, runner: str | None) -> str:
 
 
 _HANDED: list[Any] = [None, None, None]
-"""The last payload this process made that `taken` may give as data: (its text, its flat fixed part, its live
-text), or Nones."""
+"""The last payload this process made that `taken_cell` may give as data: (its text, its flat cell's
+``to_dict()``, its live text), or Nones."""
 
 
-def hand(text: str, fixed: dict[str, Any] | None, live: str) -> None:
+def hand(text: str, cell: dict[str, Any] | None, live: str) -> None:
     """Offer the payload ``text`` (``join(fixed_text, live)``) to a report writer in this process as data
-    (`taken`), where its fixed part is flat (``fixed``, from `fixed_text_and_data`) and nothing was measured or
+    (`taken_cell`), where its cell is flat (``cell``, from `fixed_text_and_data`) and nothing was measured or
     noted (``live`` is an ``_EMPTY_LIVE`` text): the first payload of most cells. Anything else is read from its
     text. An xdist worker offers too; no one takes it, and the next payload replaces it."""
-    if fixed is not None and live in _EMPTY_LIVE_DATA:
-        _HANDED[:] = (text, fixed, live)
+    if cell is not None and live in _EMPTY_LIVE_DATA:
+        _HANDED[:] = (text, cell, live)
 
 
-def taken(text: Any) -> CellPayload | None:
-    """What ``json.loads(text)`` gives, where ``text`` is the very payload this process offered last (`hand`): the
-    same keys in the same order, equal values of the same types, in containers of its own (a copy one level deep
-    of the flat data). None for any other text (a worker's, sent over xdist's channel, is another object), which the
-    caller decodes."""
+def taken_cell(text: Any, nodeid: str, worker: str | None) -> RecordDraft | None:
+    """``new_cell(nodeid, worker, json.loads(text))``, where ``text`` is the very payload this process offered
+    last (`hand`), without decoding it: the same keys in the same order, equal values of the same types, in
+    containers of its own. None for any other text (a worker's, sent over xdist's channel, is another object),
+    which the caller decodes. The payload says no engine failed."""
     handed = _HANDED
     if text is None or handed[0] is not text:
         return None
-    fixed, live = handed[1], _EMPTY_LIVE_DATA[handed[2]]
+    cell, live = handed[1], handed[2]
     handed[:] = (None, None, None)
-    payload = {k: v.copy() if v.__class__ is dict or v.__class__ is list else v for k, v in fixed.items()}
-    payload.update((k, v.copy() if v.__class__ is dict or v.__class__ is list else v) for k, v in live.items())
-    return payload
+    draft: RecordDraft = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
+                          "metrics": _NOTHING, "series": _NOTHING, "duration_s": 0.0, "worker": worker}
+    # what `merge` does with the payload, in its order: the cell's values that are not empty, its rules and
+    # findings (none: the shared empty tuple new_cell starts with), then what the live part sets (_live_effect)
+    engine, params, axes = cell["engine"], cell["params"], cell["axes"]
+    if engine:
+        draft["engine"] = engine
+    if params:
+        draft["params"] = dict(params)
+    if axes:
+        draft["axes"] = dict(axes)
+    for key, value in _live_effect(live):
+        draft[key] = value.copy() if value.__class__ is dict else value
+    return draft
+
+
+_LIVE_EFFECT: dict[str, tuple[tuple[str, Any], ...]] = {}
+
+
+def _live_effect(live: str) -> tuple[tuple[str, Any], ...]:
+    """What `merge` sets in a new cell from an ``_EMPTY_LIVE`` text's data, in order: worked out once per text, by
+    `merge` itself (its values JSON atoms and dicts of atoms, copied for each cell)."""
+    effect = _LIVE_EFFECT.get(live)
+    if effect is None:
+        probe: RecordDraft = dict.fromkeys(("nodeid", "outcome", "reason", "rules", "findings", "metrics", "series",
+                                            "duration_s", "worker"))
+        before = dict(probe)
+        merge(probe, _EMPTY_LIVE_DATA[live])
+        effect = _LIVE_EFFECT[live] = tuple((k, v) for k, v in probe.items() if k not in before or v is not before[k])
+    return effect
 
 
 def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
@@ -267,7 +301,7 @@ def join(fixed: str, live: str) -> str:
     return "{" + fixed + "," + live
 
 
-_NOTHING: dict[str, Any] = {}
+_NOTHING: dict[str, Any] = {}  # (`taken_cell` starts its cells with it too)
 """A cell's figures before any were measured, shared by every cell of the report writer (most cells of a large run
 measure nothing; a dict each would be kept to the end of the run). Never changed in place: `merge` replaces it."""
 
