@@ -130,7 +130,8 @@ class ReportCollector:
                     self._again(report, cell, payload)
         if report.when == "teardown":
             self._settle(nodeid)
-        if self.path and self._checkpoint_due():
+        # (the first test of _checkpoint_due here: most reports come less than _CHECKPOINT_S after the last write)
+        if self.path and time.monotonic() - self._last_write > _CHECKPOINT_S and self._checkpoint_due():
             self.write(partial=True)
 
     def _again(self, report: pytest.TestReport, cell: RecordDraft, payload: CellPayload | None = None) -> None:
