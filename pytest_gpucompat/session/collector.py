@@ -32,11 +32,11 @@ from ..report.record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKE
 from ..report.text import first_line
 from . import payload as cell_payload
 from .interrupt import received, signals_held
-from .lock import ReportLock
 from .payload import CellPayload, RecordDraft
 from .state import live_cell_key
 
 if TYPE_CHECKING:
+    from .lock import ReportLock
     from .state import RunState
 
 _CHECKPOINT_S = 5.0
@@ -65,7 +65,11 @@ class ReportCollector:
             if problem:
                 raise pytest.UsageError(f"gpucompat: --gpucompat-report {self.path}: {problem}")
         self._check_baseline_options()
-        self._lock = ReportLock(self.path) if self.path else None
+        self._lock: ReportLock | None = None
+        if self.path:  # (the lock's module only for a run that writes a report)
+            from .lock import ReportLock
+
+            self._lock = ReportLock(self.path)
         self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self._final_written: bool | None = None  # whether the final write succeeded; None before it
@@ -338,10 +342,10 @@ class ReportCollector:
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
+        if not self.path:  # (before the report's modules are imported: a run without a report never needs them)
+            return True
         from ..report.io import write_report_atomic, write_text_atomic
 
-        if not self.path:
-            return True
         start = time.monotonic()
         # Building and encoding allocate a few objects per cell and free none of them until the end; the garbage
         # collector would otherwise walk the whole session's heap (every test report pytest keeps) many times.
