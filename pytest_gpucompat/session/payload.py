@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from json import encoder as json_encoder
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..report.record import CELL_KEYS, FindingRecord
@@ -146,25 +147,31 @@ def fixed_text_and_data(cs: PayloadSource) -> tuple[str, dict[str, Any] | None]:
     if not (cs.findings or cs.flagged):
         cell = cs.cell.to_dict()
         if _flat_cell(cell):
-            axes = cell["axes"]
-            return ('"engine": ' + _dumps_safe(cell["engine"]) + ', "params": ' + _dumps_safe(cell["params"])
-                    + ', "axes": ' + (_dumps_safe(axes) if axes else "{}") + ', "rules": [], "findings": []'), cell
+            engine, axes = cell["engine"], cell["axes"]
+            return _FLAT_TEXT % (_ascii_text(engine) if engine.__class__ is str else _dumps_safe(engine),
+                                 _dumps_safe(cell["params"]), _dumps_safe(axes) if axes else "{}"), cell
     fixed, ready = _fixed_part(cs)
     return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1], None
 
 
 _CELL_ORDER = ["engine", "params", "axes"]
+_FLAT_TEXT = '"engine": %s, "params": %s, "axes": %s, "rules": [], "findings": []'
+_ascii_text = json_encoder.encode_basestring_ascii  # a string as json.dumps writes it
 
 
 def _flat_cell(cell: dict[str, Any]) -> bool:
     """Whether a cell's ``to_dict()`` is its engine (a JSON atom), params and axes (dicts of text keys and JSON
     atoms): JSON gives such data back as equal values of the same types (no tuple becomes a list, no subclass its
     base), and copies of its two dicts share nothing with the cell. A cell of a large matrix is."""
-    params, axes = cell.get("params"), cell.get("axes")
-    return (list(cell) == _CELL_ORDER and cell["engine"].__class__ in _ATOMS and params.__class__ is dict
-            and axes.__class__ is dict
-            and all(k.__class__ is str and v.__class__ in _ATOMS for k, v in params.items())
-            and all(k.__class__ is str and v.__class__ in _ATOMS for k, v in axes.items()))
+    if list(cell) != _CELL_ORDER or cell["engine"].__class__ not in _ATOMS:
+        return False
+    for mapping in (cell["params"], cell["axes"]):
+        if mapping.__class__ is not dict:
+            return False
+        for key, value in mapping.items():
+            if key.__class__ is not str or value.__class__ not in _ATOMS:
+                return False
+    return True
 
 
 def _safe_encoder() -> Callable[[Any], str]:
