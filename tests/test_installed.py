@@ -69,3 +69,14 @@ def test_gpucompat_env_does_not_import_importlib_metadata() -> None:
             "print('importlib.metadata' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("name", ["TensorRT-LLM", "tensorrt_llm", "oslo.concurrency", "A__b--C..d", "-x-", "_", "",
+                                  "Django", "nvidia-ml-py", "İstanbul.Pkg", "KELVIN_K", "a._-b", "zope.interface",
+                                  "ßtraße", "ǅ_x", "x" * 300])
+def test_package_names_are_normalized_as_packaging_does(name: str) -> None:
+    from packaging.utils import canonicalize_name
+
+    from pytest_gpucompat.common.versions import normalize_package
+
+    assert normalize_package(name) == canonicalize_name(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 
@@ -51,3 +52,30 @@ def dumps(value: Any, **kwargs: Any) -> str:
         return json.dumps(value, **kwargs)
     except ValueError:  # a non-finite number somewhere: replaced, then written again
         return json.dumps(finite(value), **kwargs)
+
+
+def encoder_once(*, ensure_ascii: bool = True, allow_nan: bool = True) -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=..., allow_nan=...)`` (its other defaults) for a value of JSON types with no
+    cycle: json's C encoder made once, where ``json.dumps`` and ``JSONEncoder.encode`` make one at each call (its
+    making and the cycle check are most of what encoding a small dict costs). ``json.dumps`` itself where the C
+    encoder is missing or writes anything else. A cycle is a RecursionError here, never an endless loop."""
+
+    def plain(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+
+    try:
+        from json import encoder as json_encoder
+
+        make = getattr(json_encoder, "c_make_encoder", None)  # private to json, and None without its C speedups
+        if make is None:
+            return plain
+        strings = json_encoder.encode_basestring_ascii if ensure_ascii else json_encoder.encode_basestring
+        encode = make(None, json.JSONEncoder().default, strings, None, ": ", ", ", False, False, allow_nan)
+        sample = {"a": [1, 2.5, -0.0, None, True, "é\n\u2028"], "b": {}, "c": [], "d": 10**20}
+
+        def dumps(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        return dumps if dumps(sample) == plain(sample) else plain
+    except (ImportError, TypeError, ValueError):  # another Python's encoder: the plain way
+        return plain

@@ -12,6 +12,11 @@ must name its own key, and passes ``check_tree`` like any data file; the caller 
 what YAML gave (a rule file's rules are checked field by field either way). Any problem reading or writing an entry
 is a miss: the file is parsed as before, and nothing is said.
 
+The same cache keeps sets of texts a pure judgement found good (``remembered_texts``, ``remember_texts``): the
+signatures' patterns that ``kb.regex_safety`` passed, keyed by what judged them, so a start does not judge the same
+pattern text again. An entry is a list of texts, bounded in count and length, read under the same rules; anything
+else is an empty set (every text is judged again).
+
 PYTEST_DONT_REWRITE
 """
 
@@ -22,6 +27,8 @@ import hashlib
 import importlib.util
 import math
 import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,11 @@ _MISS = object()
 _ENTRY_MODE = 0o600
 _DIR_MODE = 0o700
 _SALT: list[bytes] = []  # computed once per process
+MAX_TEXTS = 4096
+"""The most texts one remembered set keeps (``remember_texts``): more start it anew."""
+MAX_TEXT_CHARS = 4096
+"""The longest text a remembered set keeps."""
+_TEXT_SETS: dict[Path, frozenset[str]] = {}  # entry -> its texts, read once per process
 
 
 def load_yaml_cached(path: str | os.PathLike[str], limit: int = inputs.MAX_FILE_BYTES) -> Any:
@@ -79,6 +91,8 @@ def _read_entry(entry: Path, key: str, limit: int) -> Any:
     try:
         check_cache_entry(entry.parent.parent, "the cache directory")
         check_cache_entry(entry.parent, "the parsed-data cache")
+        if not stat.S_ISREG(os.lstat(entry).st_mode):  # a link is no entry of ours, wherever it points
+            return _MISS
         text = inputs.read_text(entry, 2 * limit + 4096)
         wrapper = inputs.parse_json(text, str(entry))
     except (OSError, ValueError, InputError, UnicodeError):
@@ -118,3 +132,35 @@ def _json_exact(data: Any, depth: int) -> bool:
     if cls is dict:
         return all(k.__class__ is str and _json_exact(v, depth + 1) for k, v in data.items())
     return False
+
+
+def remembered_texts(name: str, salt: bytes) -> frozenset[str]:
+    """The texts remembered under ``name`` for ``salt`` (what judged them: a change to it finds no entry), read once
+    per process; empty where there is no entry or one that is not a list of at most ``MAX_TEXTS`` texts of at most
+    ``MAX_TEXT_CHARS`` characters each, read from a trusted directory."""
+    entry, key = _text_entry(name, salt)
+    known = _TEXT_SETS.get(entry)
+    if known is None:
+        data = _read_entry(entry, key, MAX_TEXTS * (MAX_TEXT_CHARS + 8))
+        good = (data.__class__ is list and len(data) <= MAX_TEXTS
+                and all(t.__class__ is str and len(t) <= MAX_TEXT_CHARS for t in data))
+        known = _TEXT_SETS[entry] = frozenset(data) if good else frozenset()
+    return known
+
+
+def remember_texts(name: str, salt: bytes, texts: Iterable[str]) -> None:
+    """Add ``texts`` to those remembered under ``name`` for ``salt`` (those too long are left out; a set that would
+    grow past ``MAX_TEXTS`` starts anew). Written only where something is new; a failure to write is nothing."""
+    known = remembered_texts(name, salt)
+    new = {t for t in texts if t.__class__ is str and len(t) <= MAX_TEXT_CHARS} - known
+    if not new:
+        return
+    kept = known | new if len(known) + len(new) <= MAX_TEXTS else frozenset(sorted(new)[:MAX_TEXTS])
+    entry, key = _text_entry(name, salt)
+    _TEXT_SETS[entry] = kept
+    _write_entry(entry, key, sorted(kept))
+
+
+def _text_entry(name: str, salt: bytes) -> tuple[Path, str]:
+    key = hashlib.sha256(salt + b"\0" + name.encode("utf-8", "surrogatepass")).hexdigest()
+    return _entry_dir() / f"{name}-{key}.json", key

@@ -14,7 +14,6 @@ from functools import lru_cache
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 _OPERATOR = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>|===)")
@@ -70,9 +69,14 @@ def matches(spec: SpecifierSet, version: Version) -> bool:
     return spec.contains(version, prereleases=True)
 
 
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
 def normalize_package(name: str) -> str:
-    """``tensorrt_llm`` and ``TensorRT-LLM`` are the same distribution."""
-    return canonicalize_name(name)
+    """``tensorrt_llm`` and ``TensorRT-LLM`` are the same distribution: PEP 503's normal form, as
+    ``packaging.utils.canonicalize_name`` writes it (written here: that module imports packaging's wheel-tag
+    machinery, which nothing else of a run needs; tests/test_installed.py holds the two to the same names)."""
+    return _SEPARATORS.sub("-", name).lower()
 
 
 def norm_value(value: Any) -> Any:

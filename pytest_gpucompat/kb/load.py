@@ -42,7 +42,7 @@ from .schema import (
     Rule,
     Source,
 )
-from .signatures import compile_signature
+from .signatures import compile_signature, remember_safe_patterns
 
 _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
               "flags", "confidence", "claims", "note", "sources", "bounds"}
@@ -122,6 +122,7 @@ def _load_cached(files: tuple[str, ...], stamps: tuple[Any, ...], builtin: bool,
             seen[rule.id] = path
             rules.append(rule)
     not_encoded = load_not_encoded() if builtin else {}
+    remember_safe_patterns()  # the signatures' safety verdicts, for the next start
     return KnowledgeBase(rules=tuple(rules), files=files, not_encoded=not_encoded)
 
 

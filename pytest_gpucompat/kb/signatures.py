@@ -4,7 +4,8 @@ A rule's ``signature`` is a list of regular expressions; any one of them found i
 or engine log tail identifies the failure. They are user input run over engine output, so each is compiled once,
 when its rule file is loaded, by RE2 (``kb.linear_regex``: a search takes time linear in the line, whatever the
 pattern), and refused there when RE2 does not accept it or its shape is one that backtracking matchers choke on
-(``kb.regex_safety``); the text searched is bounded: the start of the reason and the end of the log,
+(``kb.regex_safety``; its verdict on a pattern text is remembered in the per-user cache, ``common.parsed_cache``,
+so a later start judges only new texts); the text searched is bounded: the start of the reason and the end of the log,
 ``MAX_TEXT_CHARS`` in all, line by line, each line cut at ``MAX_LINE_CHARS`` (a failure's own line is short; a
 dumped configuration is not what a signature is about).
 
@@ -16,12 +17,17 @@ PYTEST_DONT_REWRITE
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.registry import kb_engine_of
+from ..common.parsed_cache import remember_texts, remembered_texts
+from . import regex_safety
 from .linear_regex import LinearPattern, PatternError, compile_linear, joined
 from .match import Facts, contradiction
 from .regex_safety import parse, risk
@@ -45,13 +51,15 @@ def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) 
         raise fail(fld, "must be a non-empty string (a regular expression)")
     if len(text) > MAX_PATTERN_CHARS:
         raise fail(fld, f"longer than {MAX_PATTERN_CHARS} characters")
-    try:
-        problem = risk(parse(text))
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise fail(fld, f"not a regular expression: {' '.join(str(exc).split())}") from None
-    if problem is not None:
-        raise fail(fld, f"{problem}: it could take very long on a long log line; write the literal text, "
-                        r"with one .* or \S+ between its parts")
+    if text not in _JUDGED_SAFE and text not in _remembered_safe():
+        try:
+            problem = risk(parse(text))
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise fail(fld, f"not a regular expression: {' '.join(str(exc).split())}") from None
+        if problem is not None:
+            raise fail(fld, f"{problem}: it could take very long on a long log line; write the literal text, "
+                            r"with one .* or \S+ between its parts")
+        _JUDGED_SAFE.add(text)
     try:
         pattern = compile_linear(text)
     except PatternError as exc:
@@ -59,6 +67,41 @@ def compile_pattern(text: Any, fail: Callable[[str, str], Exception], fld: str) 
     if pattern.search(""):
         raise fail(fld, "matches an empty text, so it would match every failure")
     return pattern
+
+
+_SAFE_NAME = "safe-signatures"
+_JUDGED_SAFE: set[str] = set()  # pattern texts this process found safe (`remember_safe_patterns` keeps them)
+_SAFE_SALT: list[bytes | None] = []
+
+
+def _safety_salt() -> bytes | None:
+    """What a pattern's safety verdict depends on besides its text: ``kb.regex_safety``'s code and the Python whose
+    ``re`` parser read the pattern (None where that code cannot be read: nothing is remembered then)."""
+    if not _SAFE_SALT:
+        try:
+            code = Path(regex_safety.__file__).read_bytes()
+        except OSError:
+            _SAFE_SALT.append(None)
+        else:
+            _SAFE_SALT.append(hashlib.sha256(sys.version.encode("utf-8", "replace") + b"\0" + code).digest())
+    return _SAFE_SALT[0]
+
+
+def _remembered_safe() -> frozenset[str]:
+    """The pattern texts an earlier process found safe (``common.parsed_cache.remembered_texts``: data only, read
+    under its rules, an empty set when there is none it can trust)."""
+    salt = _safety_salt()
+    return frozenset() if salt is None else remembered_texts(_SAFE_NAME, salt)
+
+
+def remember_safe_patterns() -> None:
+    """Keep the pattern texts this process found safe in the per-user cache, so later starts do not judge them
+    again (called once the rule files are loaded); nothing where there is nothing new or the cache cannot be
+    written."""
+    salt = _safety_salt()
+    if _JUDGED_SAFE and salt is not None:
+        remember_texts(_SAFE_NAME, salt, _JUDGED_SAFE)
+        _JUDGED_SAFE.clear()
 
 
 def compile_signature(raw: Any, fail: Callable[[str, str], Exception]) -> tuple[LinearPattern, ...]:

@@ -16,10 +16,12 @@ import math
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from json import encoder as json_encoder
 from typing import Any
 
 from pytest_gpucompat import __version__
 
+from ..common.jsontext import encoder_once
 from .record import (
     OUTCOMES,
     RAN_OUTCOMES,
@@ -224,10 +226,32 @@ def plain_cell_line(cell: Mapping[str, Any]) -> str | None:
             or not runner or type(duration) is not float or not math.isfinite(duration) or type(params) is not dict
             or type(axes) is not dict):
         return None
-    return _ENCODE({"nodeid": nodeid, "test": cell.get("test") or _test_of(nodeid), "engine": cell.get("engine"),
-                    "params": params, "axes": axes, "outcome": outcome, "reason": cell.get("reason"), "rules": [],
-                    "findings": [], "metrics": {}, "duration_s": duration, "log_tail": None,
-                    "worker": cell.get("worker"), "runner": runner, "when": cell.get("when")})
+    test, engine, reason, worker, when = (cell.get("test") or _test_of(nodeid), cell.get("engine"),
+                                          cell.get("reason"), cell.get("worker"), cell.get("when"))
+    try:  # the same text as _ENCODE writes of the record's dict: its constant parts written once (_PLAIN_LINE)
+        return _PLAIN_LINE % (
+            _STR(nodeid), _STR(test) if test.__class__ is str else _value(test),
+            _STR(engine) if engine.__class__ is str else _value(engine), _ENCODE_VALUE(params) if params else "{}",
+            _ENCODE_VALUE(axes) if axes else "{}", _STR(outcome),
+            _STR(reason) if reason.__class__ is str else _value(reason), float.__repr__(duration),
+            _STR(worker) if worker.__class__ is str else _value(worker), _STR(runner),
+            _STR(when) if when.__class__ is str else _value(when))
+    except RecursionError:  # a cycle (or nesting past Python's limit): the record's way says what it is
+        return None
+
+
+_PLAIN_LINE = ('{"nodeid": %s, "test": %s, "engine": %s, "params": %s, "axes": %s, "outcome": %s, "reason": %s, '
+               '"rules": [], "findings": [], "metrics": {}, "duration_s": %s, "log_tail": null, "worker": %s, '
+               '"runner": %s, "when": %s}')
+_STR = json_encoder.encode_basestring  # a string as _ENCODE writes it (ensure_ascii=False)
+_ENCODE_VALUE = encoder_once(ensure_ascii=False, allow_nan=False)
+
+
+def _value(value: Any) -> str:
+    """A value of a plain cell's line as _ENCODE writes it."""
+    if value.__class__ is str:
+        return _STR(value)
+    return "null" if value is None else _ENCODE_VALUE(value)
 
 
 def summarize(runners: Collection[str], cells: Iterable[tuple[str, str, str, Iterable[tuple[str, bool]]]]

@@ -32,11 +32,11 @@ from ..report.record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKE
 from ..report.text import first_line
 from . import payload as cell_payload
 from .interrupt import received, signals_held
-from .lock import ReportLock
 from .payload import CellPayload, RecordDraft
 from .state import live_cell_key
 
 if TYPE_CHECKING:
+    from .lock import ReportLock
     from .state import RunState
 
 _CHECKPOINT_S = 5.0
@@ -50,6 +50,7 @@ _PHASE_WEIGHT = {"setup": 0, "call": 1, "teardown": 2}
 _NEXT_PHASE = {None: "call", "setup": "teardown", "call": "teardown", "teardown": "teardown"}
 _CELLS_DIR = "gpucompat_cells_dir"  # workerinput key: where xdist workers leave their collected cells
 _REAPED_S = 3.0  # how long a dead worker's exit status may take to be there
+_NO_FAILURE: CellPayload = {}  # a payload that says no engine failed, as `_outcome` reads it (payload.taken_cell)
 
 
 class ReportCollector:
@@ -64,7 +65,11 @@ class ReportCollector:
             if problem:
                 raise pytest.UsageError(f"gpucompat: --gpucompat-report {self.path}: {problem}")
         self._check_baseline_options()
-        self._lock = ReportLock(self.path) if self.path else None
+        self._lock: ReportLock | None = None
+        if self.path:  # (the lock's module only for a run that writes a report)
+            from .lock import ReportLock
+
+            self._lock = ReportLock(self.path)
         self._in_setup: pytest.Item | None = None  # the item whose setup runs now
         self._checkpoint: tuple[int, float] | None = None  # (cells, time) of the last checkpoint written
         self._final_written: bool | None = None  # whether the final write succeeded; None before it
@@ -113,17 +118,24 @@ class ReportCollector:
                 else:
                     self._again(report, cell)
             else:
-                payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text, as payload.text makes it
-                if not isinstance(payload, dict):  # a test that is no cell
-                    return
-                if cell is None:
-                    cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, _worker_id(report), payload)
+                # a cell's first payload, made by this process just now: the cell, without decoding it
+                taken = cell_payload.taken_cell(sent, nodeid, _worker_id(report)) if cell is None else None
+                if taken is not None:
+                    cell = self.cells[nodeid] = taken
+                    self._again(report, cell, _NO_FAILURE)
                 else:
-                    cell_payload.merge(cell, payload)
-                self._again(report, cell, payload)
+                    payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text (payload.text)
+                    if not isinstance(payload, dict):  # a test that is no cell
+                        return
+                    if cell is None:
+                        cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, _worker_id(report), payload)
+                    else:
+                        cell_payload.merge(cell, payload)
+                    self._again(report, cell, payload)
         if report.when == "teardown":
             self._settle(nodeid)
-        if self.path and self._checkpoint_due():
+        # (the first test of _checkpoint_due here: most reports come less than _CHECKPOINT_S after the last write)
+        if self.path and time.monotonic() - self._last_write > _CHECKPOINT_S and self._checkpoint_due():
             self.write(partial=True)
 
     def _again(self, report: pytest.TestReport, cell: RecordDraft, payload: CellPayload | None = None) -> None:
@@ -330,10 +342,10 @@ class ReportCollector:
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
+        if not self.path:  # (before the report's modules are imported: a run without a report never needs them)
+            return True
         from ..report.io import write_report_atomic, write_text_atomic
 
-        if not self.path:
-            return True
         start = time.monotonic()
         # Building and encoding allocate a few objects per cell and free none of them until the end; the garbage
         # collector would otherwise walk the whole session's heap (every test report pytest keeps) many times.

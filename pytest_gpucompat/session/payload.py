@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from json import encoder as json_encoder
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..report.record import CELL_KEYS, FindingRecord
@@ -121,7 +122,7 @@ def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
     extra = {k: v for k, v in cs.notes.items() if k not in _NOTED_FIELDS}
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu = visible_devices()
     extra.update((k, v) for k, v in (("engine_info", cs.info), ("gpu", gpu)) if v)
     return {"metrics": cs.metrics, "series": cs.series, "log_tail": cs.log_tail, **fields, "extra": extra,
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
@@ -137,8 +138,40 @@ def fixed_text(cs: PayloadSource) -> str:
     """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
     it is JSON-safe already, an encoder made once writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
+    return fixed_text_and_data(cs)[0]
+
+
+def fixed_text_and_data(cs: PayloadSource) -> tuple[str, dict[str, Any] | None]:
+    """`fixed_text`, and for a flat cell (`_flat_cell`) its ``to_dict()``: what `hand` may offer as data. A flat
+    cell's text is written from its three values (the same text as the encoder writes of the whole part)."""
+    if not (cs.findings or cs.flagged):
+        cell = cs.cell.to_dict()
+        if _flat_cell(cell):
+            engine, axes = cell["engine"], cell["axes"]
+            return _FLAT_TEXT % (_ascii_text(engine) if engine.__class__ is str else _dumps_safe(engine),
+                                 _dumps_safe(cell["params"]), _dumps_safe(axes) if axes else "{}"), cell
     fixed, ready = _fixed_part(cs)
-    return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1]
+    return (_dumps_safe(fixed) if ready else json.dumps(fixed, default=str))[1:-1], None
+
+
+_CELL_ORDER = ["engine", "params", "axes"]
+_FLAT_TEXT = '"engine": %s, "params": %s, "axes": %s, "rules": [], "findings": []'
+_ascii_text = json_encoder.encode_basestring_ascii  # a string as json.dumps writes it
+
+
+def _flat_cell(cell: dict[str, Any]) -> bool:
+    """Whether a cell's ``to_dict()`` is its engine (a JSON atom), params and axes (dicts of text keys and JSON
+    atoms): JSON gives such data back as equal values of the same types (no tuple becomes a list, no subclass its
+    base), and copies of its two dicts share nothing with the cell. A cell of a large matrix is."""
+    if list(cell) != _CELL_ORDER or cell["engine"].__class__ not in _ATOMS:
+        return False
+    for mapping in (cell["params"], cell["axes"]):
+        if mapping.__class__ is not dict:
+            return False
+        for key, value in mapping.items():
+            if key.__class__ is not str or value.__class__ not in _ATOMS:
+                return False
+    return True
 
 
 def _safe_encoder() -> Callable[[Any], str]:
@@ -165,18 +198,100 @@ def _safe_encoder() -> Callable[[Any], str]:
 _dumps_safe = _safe_encoder()
 
 
+_ENVIRON = os.environ
+_ENVIRON_DATA: Any = getattr(_ENVIRON, "_data", None)  # os.environ's own store (what its __getitem__ reads)
+if _ENVIRON_DATA.__class__ is not dict:
+    _ENVIRON_DATA = None
+_VISIBLE_KEY: Any = _ENVIRON.encodekey("CUDA_VISIBLE_DEVICES") if _ENVIRON_DATA is not None else None
+
+
+def visible_devices() -> str | None:
+    """``os.environ.get("CUDA_VISIBLE_DEVICES")`` (the GPUs this process may use, read at every phase: a test may
+    change it), read from os.environ's own store the way its ``__getitem__`` does, without the mapping's layers of
+    calls; through ``os.environ.get`` where os.environ is another object than at import or keeps no such store."""
+    env = os.environ
+    if env is not _ENVIRON or _ENVIRON_DATA is None:
+        return env.get("CUDA_VISIBLE_DEVICES")
+    raw = _ENVIRON_DATA.get(_VISIBLE_KEY)
+    return None if raw is None else env.decodevalue(raw)
+
+
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 """`live_part` as JSON text for a cell with nothing measured or noted (most phases of most cells), per (runner,
 CUDA_VISIBLE_DEVICES): made once rather than per phase."""
+
+
+_EMPTY_LIVE_DATA: dict[str, dict[str, Any]] = {}
+"""Each text of ``_EMPTY_LIVE`` -> what JSON reads of it (its values JSON atoms and mappings of atoms)."""
 
 
 def live_text(cs: PayloadSource, runner: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
-        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        return _EMPTY_LIVE.get(key) or _EMPTY_LIVE.setdefault(key, json.dumps(live_part(cs, runner), default=str)[1:])
+        key = (runner, visible_devices())
+        text = _EMPTY_LIVE.get(key)
+        if text is None:
+            text = _EMPTY_LIVE[key] = json.dumps(live_part(cs, runner), default=str)[1:]
+            _EMPTY_LIVE_DATA[text] = json.loads("{" + text)
+        return text
     return json.dumps(live_part(cs, runner), default=str)[1:]
+
+
+_HANDED: list[Any] = [None, None, None]
+"""The last payload this process made that `taken_cell` may give as data: (its text, its flat cell's
+``to_dict()``, its live text), or Nones."""
+
+
+def hand(text: str, cell: dict[str, Any] | None, live: str) -> None:
+    """Offer the payload ``text`` (``join(fixed_text, live)``) to a report writer in this process as data
+    (`taken_cell`), where its cell is flat (``cell``, from `fixed_text_and_data`) and nothing was measured or
+    noted (``live`` is an ``_EMPTY_LIVE`` text): the first payload of most cells. Anything else is read from its
+    text. An xdist worker offers too; no one takes it, and the next payload replaces it."""
+    if cell is not None and live in _EMPTY_LIVE_DATA:
+        _HANDED[:] = (text, cell, live)
+
+
+def taken_cell(text: Any, nodeid: str, worker: str | None) -> RecordDraft | None:
+    """``new_cell(nodeid, worker, json.loads(text))``, where ``text`` is the very payload this process offered
+    last (`hand`), without decoding it: the same keys in the same order, equal values of the same types, in
+    containers of its own. None for any other text (a worker's, sent over xdist's channel, is another object),
+    which the caller decodes. The payload says no engine failed."""
+    handed = _HANDED
+    if text is None or handed[0] is not text:
+        return None
+    cell, live = handed[1], handed[2]
+    handed[:] = (None, None, None)
+    draft: RecordDraft = {"nodeid": nodeid, "outcome": "error", "reason": None, "rules": (), "findings": (),
+                          "metrics": _NOTHING, "series": _NOTHING, "duration_s": 0.0, "worker": worker}
+    # what `merge` does with the payload, in its order: the cell's values that are not empty, its rules and
+    # findings (none: the shared empty tuple new_cell starts with), then what the live part sets (_live_effect)
+    engine, params, axes = cell["engine"], cell["params"], cell["axes"]
+    if engine:
+        draft["engine"] = engine
+    if params:
+        draft["params"] = dict(params)
+    if axes:
+        draft["axes"] = dict(axes)
+    for key, value in _live_effect(live):
+        draft[key] = value.copy() if value.__class__ is dict else value
+    return draft
+
+
+_LIVE_EFFECT: dict[str, tuple[tuple[str, Any], ...]] = {}
+
+
+def _live_effect(live: str) -> tuple[tuple[str, Any], ...]:
+    """What `merge` sets in a new cell from an ``_EMPTY_LIVE`` text's data, in order: worked out once per text, by
+    `merge` itself (its values JSON atoms and dicts of atoms, copied for each cell)."""
+    effect = _LIVE_EFFECT.get(live)
+    if effect is None:
+        probe: RecordDraft = dict.fromkeys(("nodeid", "outcome", "reason", "rules", "findings", "metrics", "series",
+                                            "duration_s", "worker"))
+        before = dict(probe)
+        merge(probe, _EMPTY_LIVE_DATA[live])
+        effect = _LIVE_EFFECT[live] = tuple((k, v) for k, v in probe.items() if k not in before or v is not before[k])
+    return effect
 
 
 def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
@@ -193,7 +308,7 @@ def join(fixed: str, live: str) -> str:
     return "{" + fixed + "," + live
 
 
-_NOTHING: dict[str, Any] = {}
+_NOTHING: dict[str, Any] = {}  # (`taken_cell` starts its cells with it too)
 """A cell's figures before any were measured, shared by every cell of the report writer (most cells of a large run
 measure nothing; a dict each would be kept to the end of the run). Never changed in place: `merge` replaces it."""
 

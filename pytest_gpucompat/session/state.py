@@ -65,8 +65,10 @@ class LiveCell:
         worker die in the call. For most cells of a large run that is the only payload sent: the call and the
         teardown cost a comparison of two strings, nothing is encoded or decoded again."""
         fixed = self._fixed
+        data = None
         if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
-            fixed = self._fixed = (self.findings, self.flagged, cell_payload.fixed_text(self))
+            text, data = cell_payload.fixed_text_and_data(self)
+            fixed = self._fixed = (self.findings, self.flagged, text)
         live = cell_payload.live_text(self, runner)
         sent = self._sent
         unchanged = passed and sent is not None and sent[1] == live and sent[0] == fixed[2]
@@ -75,7 +77,12 @@ class LiveCell:
             self._fixed = self._sent = None
         elif not unchanged:
             self._sent = (fixed[2], live)
-        return None if unchanged else cell_payload.join(fixed[2], live)
+        if unchanged:
+            return None
+        payload = cell_payload.join(fixed[2], live)
+        if data is not None:  # a report writer in this process takes it as data rather than decode it
+            cell_payload.hand(payload, data, live)
+        return payload
 
 
 live_cell_key = pytest.StashKey[LiveCell]()
