@@ -16,10 +16,17 @@ from packaging.version import Version
 
 from pytest_gpucompat.kb import KnowledgeBase, match, matching_rules, parse_rule
 from pytest_gpucompat.kb.match import (
+    MACHINE_VERSIONS,
+    NO_KEY,
+    Facts,
     clear_facts_cache,
     engine_holds,
     facts_of,
+    field_key,
+    gpus_fields_key,
     gpus_needed,
+    package_fact,
+    package_keys,
     version_condition,
     vkey,
 )
@@ -181,6 +188,13 @@ def test_version_keys_are_said_once_per_version_up_to_4096() -> None:
 
 
 
+class _Ada(str):
+    """An architecture equal to its text whose lower case is another architecture's."""
+
+    def lower(self) -> str:
+        return "ada"
+
+
 def _gpu(**fields: object) -> GPU:
     return GPU(index=0, name="x", **fields)  # type: ignore[arg-type]
 
@@ -195,16 +209,23 @@ def _gpu(**fields: object) -> GPU:
     (Fingerprint(env={"V": 1}), Fingerprint(env={"V": True})),  # type: ignore[dict-item]
     (Fingerprint(installs={"vllm": {"complete": True}}),  # type: ignore[dict-item]
      Fingerprint(installs={"vllm": {"complete": 1}})),  # type: ignore[dict-item]
+    (Fingerprint(installs={"vllm": EngineInstall("0.26.0", True)}),
+     Fingerprint(installs={"vllm": EngineInstall("0.26.0", 1)})),  # type: ignore[arg-type]  # a record's
+    (Fingerprint(gpus=(_gpu(compute_capability=1),)), Fingerprint(gpus=(_gpu(compute_capability=True),))),
+    (Fingerprint(gpus=(_gpu(architecture="ampere"),)), Fingerprint(gpus=(_gpu(architecture=_Ada("ampere")),))),
+    (Fingerprint(driver="1", cuda_driver="1", cuda_runtime=0.0, interconnect="nvlink"),  # type: ignore[arg-type]
+     Fingerprint(driver="1", cuda_driver="1", cuda_runtime=-0.0, interconnect="nvlink")),  # type: ignore[arg-type]
 ])
 def test_equal_fingerprints_of_other_types_get_their_own_facts(first: Fingerprint, second: Fingerprint) -> None:
     """``Facts.of`` remembers facts per fingerprint, found by equality: fingerprints equal in Python whose fields
     are of other types (1 MiB and True, 535 and 535.0, 0.0 and -0.0) each get the facts made from them, either
-    order."""
-    clear_facts_cache()
+    order: exactly (``Version("8") == Version("8.0")`` and ``1 == True``, so the facts are compared by their repr,
+    which tells those apart)."""
     for a, b in ((first, second), (second, first)):
+        clear_facts_cache()
         assert a == b
-        assert match.Facts.of(a) == facts_of(a)
-        assert match.Facts.of(b) == facts_of(b)
+        assert repr(match.Facts.of(a)) == repr(facts_of(a))
+        assert repr(match.Facts.of(b)) == repr(facts_of(b))
 
 
 def test_versions_of_equal_values_of_other_types_are_parsed_from_their_own_text() -> None:
@@ -219,3 +240,125 @@ def test_versions_of_equal_values_of_other_types_are_parsed_from_their_own_text(
         parse_version(-0.0)  # type: ignore[arg-type]
     assert facts_of(Fingerprint(driver=1)).versions["driver"] == Version("1")  # type: ignore[arg-type]
     assert facts_of(Fingerprint(driver=True)).versions["driver"] is None  # type: ignore[arg-type]
+
+
+# --- what Facts.of remembers --------------------------------------------------------------------------------------
+
+H100 = GPU(index=1, name="NVIDIA H100 80GB HBM3", architecture="hopper", compute_capability="9.0", memory_mib=81559)
+_PLAIN = [
+    Fingerprint(),
+    Fingerprint(gpus=(A100, H100), driver="550.54.15", cuda_driver="12.4", cuda_runtime="12.1", interconnect="nvlink",
+                packages={"vllm": "0.26.0"}, env={"VLLM_USE_V1": "1"}),
+    Fingerprint(gpus=(GPU(index=0, name="x"),)),  # no architecture, compute capability or size
+    Fingerprint(installs={"vllm": EngineInstall("0.26.0", True), "sglang": EngineInstall("0.4.3", False)}),
+    Fingerprint(installs={"vllm": EngineInstall("0.26.0", None)}),
+    Fingerprint(installs={"vllm": {"complete": True}, "sglang": None, "trtllm": "yes"}),  # type: ignore[dict-item]
+]
+
+
+@pytest.mark.parametrize("fp", _PLAIN)
+def test_a_fingerprint_of_plain_fields_is_made_into_facts_once(fp: Fingerprint) -> None:
+    """Fields of the types a fingerprint file gives them (texts, a GPU's MiB as an int, installs complete or not,
+    records or hand-written mappings, nothing at all): an equal fingerprint made again gets the same facts object,
+    the facts ``facts_of`` makes."""
+    again = Fingerprint(**{f: getattr(fp, f) for f in fp.__dataclass_fields__})
+    assert again == fp and again is not fp
+    facts = Facts.of(fp)
+    assert Facts.of(again) is facts and Facts.of(fp) is facts
+    assert repr(facts) == repr(facts_of(again))
+
+
+# --- the keys the index finds a fingerprint's facts by --------------------------------------------------------------
+
+class _Text(str):
+    pass
+
+
+_POOL = [
+    *_PLAIN,
+    *(Fingerprint(**{name: value}) for name in (*MACHINE_VERSIONS, "interconnect")  # type: ignore[arg-type]
+      for value in ("535", "535.0", 535, 535.0, 1, True, 0.0, -0.0, _Text("535"))),
+    *(Fingerprint(gpus=(_gpu(**{name: value}),)) for name, values in (
+        ("architecture", ("ada", _Ada("ampere"), "ampere", "")),
+        ("compute_capability", ("8", "8.0", 8, 8.0, 1, True, _Text("8.0"))),
+        ("memory_mib", (1, True, 1.0, 40960, -5))) for value in values),
+    Fingerprint(gpus=(GPU(index=0, name=_Text("x")),)),
+    Fingerprint(gpus=(A100, A100)), Fingerprint(gpus=(A100,)), Fingerprint(gpus=(H100, A100)),
+    *(Fingerprint(packages=packages, installs=installs)  # type: ignore[arg-type]
+      for packages in ({"vllm": "0.6.3"}, {"VLLM": "0.6.3"}, {"vllm": "0.6.3", "VLLM": "bad"},
+                       {"vllm": "0.9.0", "VLLM": "bad"}, {"vllm": "bad"}, {"vllm": 1}, {"vllm": True}, {"vllm": 0.6},
+                       {"vllm": _Text("0.6.3")}, {_Text("vllm"): "0.6.3"}, {})
+      for installs in ({}, {"vllm": EngineInstall("0.6.3", True)})),
+]
+
+
+def _gpus_fact(fp: Fingerprint) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(map(repr, facts_of(fp).gpus)))  # any GPU qualifies, and the smallest: each once
+
+
+def _keyed_alike(key: object, fact: object, fps: list[Fingerprint]) -> None:
+    """Two fingerprints that share a key have exactly the same fact."""
+    by_key: dict[object, tuple[Fingerprint, object]] = {}
+    for fp in fps:
+        k, f = key(fp), fact(fp)  # type: ignore[operator]
+        if k is NO_KEY:
+            continue
+        first = by_key.setdefault(k, (fp, f))
+        assert first[1] == f, (k, first[0], fp)
+
+
+@pytest.mark.parametrize("name", [*MACHINE_VERSIONS, "interconnect"])
+def test_a_text_field_is_its_own_key_only_as_a_text(name: str) -> None:
+    """A version field (or the interconnect) is the key of its fact as the text or None it is written as; a value
+    of another type (``1`` and ``True``, ``0.0`` and ``-0.0``, a str subclass) has no key, and keys shared are
+    facts shared."""
+    key = field_key(name)
+    assert key(Fingerprint(**{name: "12.4"})) == "12.4"
+    assert key(Fingerprint()) is None
+    for odd in (535, 1, True, 0.0, _Text("12.4")):
+        assert key(Fingerprint(**{name: odd})) is NO_KEY, odd
+    if name == "interconnect":
+        _keyed_alike(key, lambda fp: repr(facts_of(fp).interconnect), _POOL)
+    else:
+        _keyed_alike(key, lambda fp: repr(facts_of(fp).versions[name]), _POOL)
+
+
+def test_a_machine_condition_without_a_field_key_has_none() -> None:
+    assert field_key("not a condition")(Fingerprint(driver="550.54.15")) is NO_KEY
+    assert field_key("driver")(Fingerprint(driver="550.54.15")) == "550.54.15"
+
+
+def test_gpus_are_their_own_key_as_written_each_once() -> None:
+    """Each distinct GPU's name, architecture, compute capability and MiB once, in order, where each is of its
+    written type (None, str, an int MiB); any other type leaves the GPUs without a key."""
+    fields = ("NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960)
+    assert gpus_fields_key(Fingerprint(gpus=(A100, A100))) == (fields,)
+    assert gpus_fields_key(Fingerprint(gpus=(H100, A100, H100))) == (
+        ("NVIDIA H100 80GB HBM3", "hopper", "9.0", 81559), fields)
+    assert gpus_fields_key(Fingerprint(gpus=(GPU(index=0, name="x"),))) == (("x", None, None, None),)
+    assert gpus_fields_key(Fingerprint()) == ()
+    for odd in (GPU(index=0, name=_Text("x")), _gpu(architecture=_Ada("ampere")), _gpu(compute_capability=8.0),
+                _gpu(compute_capability=_Text("8.0")), _gpu(memory_mib=True), _gpu(memory_mib=1.0)):
+        assert gpus_fields_key(Fingerprint(gpus=(A100, odd))) is NO_KEY, odd
+    _keyed_alike(gpus_fields_key, _gpus_fact, _POOL)
+
+
+def test_packages_are_their_own_keys_as_written() -> None:
+    """Per package, by its normalized name, its version as written and whether the machine lists every package;
+    a name written twice, or a version or a name that is not a str, has no key; then the key of a package not
+    named. Keys shared are the same ``package_fact``."""
+    listed = {"vllm": EngineInstall("0.6.3", True)}
+    assert package_keys(Fingerprint(packages={"vllm": "0.6.3", "Flash_Infer": "x"})) == (
+        {"vllm": ("0.6.3", False), "flash-infer": ("x", False)}, (None, False))
+    assert package_keys(Fingerprint(packages={"vllm": "0.6.3"}, installs=listed)) == (
+        {"vllm": ("0.6.3", True)}, (None, True))
+    assert package_keys(Fingerprint(packages={"vllm": "0.6.3", "VLLM": "bad"})) == ({"vllm": NO_KEY}, (None, False))
+    assert package_keys(Fingerprint(packages={"vllm": 0.6})) == ({"vllm": NO_KEY}, (None, False))  # type: ignore[dict-item]
+    assert package_keys(Fingerprint(packages={"vllm": _Text("0.6.3")})) == ({"vllm": NO_KEY}, (None, False))
+    assert package_keys(Fingerprint(packages={"a": "1", _Text("vllm"): "0.6.3"})) == ({}, NO_KEY)
+    for name in ("vllm", "flash-infer"):
+        def key(fp: Fingerprint, name: str = name) -> object:
+            keys, absent = package_keys(fp)
+            return keys.get(name, absent)
+
+        _keyed_alike(key, lambda fp, name=name: repr(package_fact(facts_of(fp), name)), _POOL)

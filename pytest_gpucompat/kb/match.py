@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from operator import attrgetter
 from typing import Any
 
@@ -293,15 +293,12 @@ MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
 NO_KEY: Any = object()
 
 
-def _text_key(name: str) -> Callable[[Fingerprint], Any]:
-    """A version field (``Facts.versions[name]``, ``_ver`` of it) or the interconnect: the text itself."""
-    field_of = attrgetter(name)
-
-    def key(fp: Fingerprint) -> Any:
-        value = field_of(fp)
-        return value if value is None or value.__class__ is str else NO_KEY
-
-    return key
+def _text_key(name: str, fp: Fingerprint) -> Any:
+    """A version field (``Facts.versions[name]``, ``_ver`` of it) or the interconnect: the text itself (else NO_KEY).
+    Bound to its field by ``partial`` in ``RAW_FACT_KEYS`` rather than made as a closure at import: tools/mutation.py
+    changes a function per call, so a closure made before a mutant is chosen would never run the mutant."""
+    value = getattr(fp, name)
+    return value if value is None or value.__class__ is str else NO_KEY
 
 
 def gpus_fields_key(fp: Fingerprint) -> Any:
@@ -339,9 +336,9 @@ def package_keys(fp: Fingerprint) -> tuple[dict[str, Any], Any]:
 
 
 RAW_FACT_KEYS: dict[str, Callable[[Fingerprint], Any]] = {
-    **{name: _text_key(name) for name in MACHINE_VERSIONS},
+    **{name: partial(_text_key, name) for name in MACHINE_VERSIONS},
     "gpu_count": lambda fp: len(fp.gpus),
-    "interconnect": _text_key("interconnect"),
+    "interconnect": partial(_text_key, "interconnect"),
     "install": lambda fp: tuple(sorted(_installs(fp).items())),  # the facts' own key, made without the rest
     "env": lambda fp: tuple(sorted(dict(getattr(fp, "env", None) or {}).items())),
     "gpus": gpus_fields_key,
