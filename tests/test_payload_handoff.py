@@ -123,10 +123,11 @@ def test_later_phases_and_measured_cells_are_decoded() -> None:
     assert payload.taken_cell(failed.payload_for("setup", False, "bench"), "n", None) is None
 
 
-def test_visible_devices_is_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_visible_gpus_are_read_at_each_payload(monkeypatch: pytest.MonkeyPatch) -> None:
+    cs = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-é,1")
-    assert payload.visible_devices() == os.environ.get("CUDA_VISIBLE_DEVICES") == "GPU-é,1"
+    assert payload.live_part(cs, "bench")["extra"] == {"gpu": "GPU-é,1"}
+    assert json.loads("{" + payload.live_text(cs, "bench"))["extra"] == {"gpu": "GPU-é,1"}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert payload.visible_devices() is None
-    monkeypatch.setattr(os, "environ", {"CUDA_VISIBLE_DEVICES": "3"})  # another mapping: read through it
-    assert payload.visible_devices() == "3"
+    assert payload.live_part(cs, "bench")["extra"] == {}
+    assert json.loads("{" + payload.live_text(cs, "bench"))["extra"] == {}

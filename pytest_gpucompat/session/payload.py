@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from json import encoder as json_encoder
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from ..common.jsontext import encoder_once
 from ..report.record import CELL_KEYS, FindingRecord
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
     record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
     extra = {k: v for k, v in cs.notes.items() if k not in _NOTED_FIELDS}
-    gpu = visible_devices()
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
     extra.update((k, v) for k, v in (("engine_info", cs.info), ("gpu", gpu)) if v)
     return {"metrics": cs.metrics, "series": cs.series, "log_tail": cs.log_tail, **fields, "extra": extra,
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
@@ -174,46 +175,8 @@ def _flat_cell(cell: dict[str, Any]) -> bool:
     return True
 
 
-def _safe_encoder() -> Callable[[Any], str]:
-    """``json.dumps`` with its defaults, for a value `_is_json_safe` has walked (JSON types only, and no cycle: the
-    walk would not have ended): json's C encoder made once, where ``json.dumps`` makes one (and checks for cycles)
-    at each call; ``json.dumps`` itself where the C encoder is missing or writes anything else."""
-    try:
-        from json import encoder as json_encoder
-
-        make = getattr(json_encoder, "c_make_encoder", None)  # private to json, and None without its C speedups
-        if make is None:
-            return json.dumps
-        encode = make(None, None, json_encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
-        sample = {"a": [1, 2.5, -0.0, None, True, "é\n"], "b": {}}
-
-        def dumps(value: Any) -> str:
-            return "".join(encode(value, 0))
-
-        return dumps if dumps(sample) == json.dumps(sample) else json.dumps
-    except (ImportError, TypeError, ValueError):  # another Python's encoder: the plain way
-        return json.dumps
-
-
-_dumps_safe = _safe_encoder()
-
-
-_ENVIRON = os.environ
-_ENVIRON_DATA: Any = getattr(_ENVIRON, "_data", None)  # os.environ's own store (what its __getitem__ reads)
-if _ENVIRON_DATA.__class__ is not dict:
-    _ENVIRON_DATA = None
-_VISIBLE_KEY: Any = _ENVIRON.encodekey("CUDA_VISIBLE_DEVICES") if _ENVIRON_DATA is not None else None
-
-
-def visible_devices() -> str | None:
-    """``os.environ.get("CUDA_VISIBLE_DEVICES")`` (the GPUs this process may use, read at every phase: a test may
-    change it), read from os.environ's own store the way its ``__getitem__`` does, without the mapping's layers of
-    calls; through ``os.environ.get`` where os.environ is another object than at import or keeps no such store."""
-    env = os.environ
-    if env is not _ENVIRON or _ENVIRON_DATA is None:
-        return env.get("CUDA_VISIBLE_DEVICES")
-    raw = _ENVIRON_DATA.get(_VISIBLE_KEY)
-    return None if raw is None else env.decodevalue(raw)
+_dumps_safe = encoder_once()
+"""``json.dumps`` with its defaults, for a value `_is_json_safe` has walked (JSON types only, no cycle)."""
 
 
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
@@ -229,7 +192,7 @@ def live_text(cs: PayloadSource, runner: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
-        key = (runner, visible_devices())
+        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
         text = _EMPTY_LIVE.get(key)
         if text is None:
             text = _EMPTY_LIVE[key] = json.dumps(live_part(cs, runner), default=str)[1:]
