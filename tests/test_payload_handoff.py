@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 import pytest
+from _data import same
 
 from pytest_gpucompat.kb.verdicts import Finding
 from pytest_gpucompat.session import payload
@@ -19,19 +20,6 @@ from pytest_gpucompat.workload.matrix import MatrixCell
 FINDING = Finding(id="r-fallback", severity="degraded", confidence="upstream", failure="fallback", engine=None,
                   summary="falls back", workaround=None, symptom=None, note=None, claims=("c1",),
                   sources=(("code", "x"),), action="annotate")
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal, of the same types all the way down, dict keys in the same order (NaN equal to NaN)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    return bool(a == b)
 
 
 class Text(str):

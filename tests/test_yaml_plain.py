@@ -3,11 +3,11 @@ nodes, for every YAML file the project ships and for the scalars and shapes the 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _data import same
 
 from pytest_gpucompat.common import inputs
 from pytest_gpucompat.common.errors import InputError
@@ -63,28 +63,16 @@ def _both(text: str) -> tuple[Any, Any]:
     return results[0], results[1]
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_files(path: Path) -> None:
     short, constructor = _both(path.read_text())
-    assert _same(short, constructor)
+    assert same(short, constructor)
 
 
 @pytest.mark.parametrize("text", SNIPPETS)
 def test_snippets(text: str) -> None:
     short, constructor = _both(text)
-    assert _same(short, constructor), (short, constructor)
+    assert same(short, constructor), (short, constructor)
 
 
 @pytest.mark.parametrize("text", SNIPPETS)
@@ -102,4 +90,4 @@ def test_parse_yaml_as_the_strict_loader(text: str) -> None:
     except Exception:  # noqa: BLE001 - parse_yaml's error for it
         assert isinstance(got, str)
         return
-    assert _same(got, want)
+    assert same(got, want)
