@@ -38,12 +38,15 @@ def _old_text(report: Report, indent: bool) -> str:
     return text.replace(json.dumps(mark), body, 1) + "\n"
 
 
-@pytest.mark.parametrize("n", [0, 1, 7])
+@pytest.mark.parametrize("n", [0, 1, 3, 6, 7])
 @pytest.mark.parametrize("indent", [True, False], ids=["final", "checkpoint"])
-def test_streamed_report_is_the_same_text(n: int, indent: bool) -> None:
+def test_streamed_report_is_the_same_text(n: int, indent: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpucompat.report import model
+
+    monkeypatch.setattr(model, "_LINES_AT_ONCE", 3)
     report = Report.from_run(FP, _cells(n), exitstatus=1, created="2026-01-01T00:00:00Z")
     chunks = list(report.json_chunks(indent=indent))
-    assert len(chunks) == (1 if n == 0 else n + 2)  # a cell at a time
+    assert len(chunks) == (1 if n == 0 else -(-n // 3) + 1)  # three cells at a time, never the whole text
     assert "".join(chunks) == _old_text(report, indent)
     if indent:
         assert report.to_json() == _old_text(report, True)
@@ -85,31 +88,39 @@ def test_collector_cells_share_empty_figures_until_one_is_measured() -> None:
     assert third["metrics"] == {} and third["series"] == {}  # nothing leaked into the shared empty figures
 
 
-@pytest.mark.parametrize("n", [0, 1, 7])
+@pytest.mark.parametrize("n", [0, 1, 3, 6, 7])
 @pytest.mark.parametrize("indent", [True, False], ids=["final", "checkpoint"])
-def test_report_from_encoded_cells_is_the_same_text(n: int, indent: bool) -> None:
-    """The collector keeps a finished cell as its line: the report it streams from those lines is the text
-    `Report.from_run` writes from the cells' dicts."""
+def test_report_from_encoded_cells_is_the_same_text(n: int, indent: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector keeps a finished cell as its line and counts it as it finishes: the report it streams from
+    those lines and counts is the text `Report.from_run` writes from the cells' dicts, the lines joined a few at a
+    time (three here: blocks full, partly full and one short)."""
+    from pytest_gpucompat.report import model
     from pytest_gpucompat.report.model import CellRecord, encode_cell, run_json_chunks
 
+    monkeypatch.setattr(model, "_LINES_AT_ONCE", 3)
     cells = _cells(n)
-    for i, cell in enumerate(cells):  # findings counted by the summary, an uncovered cell
-        if i == 2:
+    for i, cell in enumerate(cells):  # findings counted by the summary (one unconfirmed), an uncovered cell
+        if i in (2, 3):
             cell["findings"] = [{"id": "r1", "severity": "broken", "confidence": "upstream"},
                                 {"id": "r2", "severity": "degraded", "confidence": "documents"}]
         if i == 4:
             cell["outcome"], cell["reason"] = "not-covered", "not covered here: x"
     report = Report.from_run(FP, cells, exitstatus=1, created="2026-01-01T00:00:00Z")
-    rows = []
+    lines: list[str] = []
+    counts: dict[tuple[str, str, tuple[tuple[str, bool], ...]], int] = {}
     for cell in cells:
         record = CellRecord.from_dict({**cell, "runner": "r1"})
-        rows.append((record.nodeid, record.outcome, [(f.severity, f.unconfirmed) for f in record.findings],
-                     encode_cell(record)))
-    text = "".join(run_json_chunks(FP, rows, len(rows), exitstatus=1, indent=indent))
+        key = ("r1", record.outcome, tuple((f.severity, f.unconfirmed) for f in record.findings))
+        counts[key] = counts.get(key, 0) + 1
+        lines.append(encode_cell(record))
+    text = "".join(run_json_chunks(FP, lines, counts, exitstatus=1, indent=indent))
     data = json.loads(text)
     data["created"] = "2026-01-01T00:00:00Z"
     assert data == json.loads(_old_text(report, indent))
     assert text.replace(json.loads(text)["created"], "2026-01-01T00:00:00Z") == _old_text(report, indent)
+    if n > 3:  # the two cells with the same findings counted as one key, twice
+        assert data["summary"]["unconfirmed_claims"] == 2 and data["summary"]["findings"]["broken"] == 2
+        assert data["summary"]["uncovered"] == (n > 4)
 
 
 def test_finished_cells_are_kept_as_lines_and_heard_again(pytester: pytest.Pytester) -> None:
@@ -141,5 +152,6 @@ def test_cell(gpucompat_cell):
         ("test_cell[hf-a=1]", "passed", None), ("test_cell[hf-a=2]", "passed", None),
         ("test_cell[hf-a=3]", "failed", "AssertionError: three is wrong")]
     assert data["summary"]["outcomes"]["passed"] == 2 and data["summary"]["outcomes"]["failed"] == 1
+    assert data["summary"] == Report.from_dict(data).summary  # counted as cells settled, and again when heard
     twice, once = data["cells"][1]["duration_s"], data["cells"][0]["duration_s"]
     assert twice is not None and once is not None

@@ -16,6 +16,7 @@ import math
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from itertools import islice
 from json import encoder as json_encoder
 from typing import Any
 
@@ -254,55 +255,71 @@ def _value(value: Any) -> str:
     return "null" if value is None else _ENCODE_VALUE(value)
 
 
+CellCounts = Mapping[tuple[str, str, tuple[tuple[str, bool], ...]], int]
+"""Cells counted by (runner, outcome, their findings' (severity, unconfirmed)): what `Report.summary` reads of them."""
+
+
 def summarize(runners: Collection[str], cells: Iterable[tuple[str, str, str, Iterable[tuple[str, bool]]]]
               ) -> dict[str, Any]:
-    """`Report.summary` from each cell's (nodeid, runner, outcome, its findings' (severity, unconfirmed)): what a
-    writer that holds its cells as encoded lines (`run_json_chunks`) counts them from."""
+    """`Report.summary` from each cell's (nodeid, runner, outcome, its findings' (severity, unconfirmed))."""
+    counts: dict[tuple[str, str, tuple[tuple[str, bool], ...]], int] = {}
+    by_nodeid: dict[str, bool] = {}
+    for nodeid, runner, outcome, findings in cells:
+        key = (runner, outcome, tuple(findings) if findings else ())
+        counts[key] = counts.get(key, 0) + 1
+        by_nodeid[nodeid] = by_nodeid.get(nodeid, False) or outcome != "not-covered"
+    return summary_of_counts(runners, counts, len(by_nodeid), sum(1 for covered in by_nodeid.values() if not covered))
+
+
+def summary_of_counts(runners: Collection[str], counts: CellCounts, nodeids: int, uncovered: int) -> dict[str, Any]:
+    """`Report.summary` from its cells counted (`CellCounts`, in the order each count first appeared) and the number
+    of their node ids and of those that no cell covered: what a writer that keeps counting its cells as they finish
+    (`session.collector`, whose checkpoints then never count the whole run again) writes the summary from."""
     outcomes = dict.fromkeys(OUTCOMES, 0)
     per_runner: dict[str, dict[str, int]] = {name: dict.fromkeys(OUTCOMES, 0) for name in runners}
     severities = dict.fromkeys(SEVERITIES, 0)
     unconfirmed = 0
-    by_nodeid: dict[str, bool] = {}
     count = 0
-    for nodeid, runner, outcome, findings in cells:
-        count += 1
-        outcomes[outcome] += 1
-        per_runner.setdefault(runner, dict.fromkeys(OUTCOMES, 0))[outcome] += 1
+    for (runner, outcome, findings), n in counts.items():
+        count += n
+        outcomes[outcome] += n
+        per_runner.setdefault(runner, dict.fromkeys(OUTCOMES, 0))[outcome] += n
         for severity, is_unconfirmed in findings:
             if is_unconfirmed:
-                unconfirmed += 1
+                unconfirmed += n
             else:
-                severities[severity] = severities.get(severity, 0) + 1
-        by_nodeid[nodeid] = by_nodeid.get(nodeid, False) or outcome != "not-covered"
+                severities[severity] = severities.get(severity, 0) + n
     return {
         "cells": count,
-        "nodeids": len(by_nodeid),
+        "nodeids": nodeids,
         "runners": len(runners),
         "outcomes": outcomes,
         "per_runner": per_runner,
         "findings": severities,
         "unconfirmed_claims": unconfirmed,
-        "uncovered": sum(1 for covered in by_nodeid.values() if not covered),
+        "uncovered": uncovered,
     }
 
 
-def run_json_chunks(fingerprint: Mapping[str, Any], cells: Iterable[tuple[str, str, Iterable[tuple[str, bool]], str]],
-                    count: int, *, interrupted: bool = False, exitstatus: int | None = None,
-                    indent: bool = True) -> Iterator[str]:
-    """``Report.from_run(fingerprint, ...).json_chunks(indent)`` from cells already encoded: each as (nodeid,
-    outcome, its findings' (severity, unconfirmed), its line as `encode_cell` wrote it with this run's runner name).
-    ``cells`` is iterated twice (the summary, then the lines) and holds ``count`` cells: a writer that keeps its
-    cells as lines never holds them as records too (a report of 100,000 cells)."""
+def run_json_chunks(fingerprint: Mapping[str, Any], lines: Iterable[str], counts: CellCounts, *,
+                    interrupted: bool = False, exitstatus: int | None = None, indent: bool = True) -> Iterator[str]:
+    """``Report.from_run(fingerprint, ...).json_chunks(indent)`` from cells already encoded: ``lines``, each cell's
+    line as `encode_cell` wrote it with this run's runner name, one cell per node id, and the same cells counted
+    (``counts``, every runner in them this run's). A writer that keeps its cells as lines never holds them as
+    records too (a report of 100,000 cells), and one that counts them as they finish never counts them again."""
     name = str(fingerprint.get("name") or "local")
     head = Report(runners={name: dict(fingerprint)}, cells=(), interrupted=interrupted, exitstatus=exitstatus)
     data = head.to_dict(cells=False)
-    data["summary"] = summarize(head.runners, ((nodeid, name, outcome, findings)
-                                               for nodeid, outcome, findings, _ in cells))
-    return _chunks(data, (line for _, _, _, line in cells), count > 0, indent)
+    cells = sum(counts.values())
+    uncovered = sum(n for (_, outcome, _), n in counts.items() if outcome == "not-covered")
+    data["summary"] = summary_of_counts(head.runners, counts, cells, uncovered)
+    return _chunks(data, lines, cells > 0, indent)
 
 
 def _chunks(data: dict[str, Any], lines: Iterable[str], any_cells: bool, indent: bool) -> Iterator[str]:
-    """The report's text from its JSON form less the cells (``data``) and the cells' lines."""
+    """The report's text from its JSON form less the cells (``data``) and the cells' lines: the lines joined
+    `_LINES_AT_ONCE` at a time (one C call each, and one piece for the file's encoder, rather than one per cell;
+    never the whole text at once)."""
     data["cells"] = _CELLS_MARK
     text = json.dumps(data, indent=2 if indent else None, ensure_ascii=False, allow_nan=False)
     head, _, tail = text.partition(json.dumps(_CELLS_MARK))
@@ -310,7 +327,14 @@ def _chunks(data: dict[str, Any], lines: Iterable[str], any_cells: bool, indent:
         yield head + "[]" + tail + "\n"
         return
     first, separator, last = ("[\n    ", ",\n    ", "\n  ]") if indent else ("[", ", ", "]")
-    yield head + first
-    for i, line in enumerate(lines):
-        yield (separator if i else "") + line
+    lines = iter(lines)
+    yield head + first + separator.join(islice(lines, _LINES_AT_ONCE))
+    while True:
+        block = separator.join(islice(lines, _LINES_AT_ONCE))
+        if not block:
+            break
+        yield separator + block
     yield last + tail + "\n"
+
+
+_LINES_AT_ONCE = 2048  # about 0.5 MiB of text for a report's typical lines

@@ -77,6 +77,8 @@ class ReportCollector:
         # nodeid -> the cell as the record's JSON form (payload.RecordDraft), what the report is built from; a
         # finished cell as its line of the report (_Settled)
         self.cells: dict[str, RecordDraft | _Settled] = {}
+        # the settled cells counted by (outcome, findings) as they settle: a write counts only the others
+        self._tally: dict[tuple[str, tuple[tuple[str, bool], ...]], int] = {}
         self._runner: str | None = None  # the report's runner name, as Report.from_run names it
         self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str],
                              Callable[[Mapping[str, Any]], str | None]] | None = None
@@ -166,8 +168,17 @@ class ReportCollector:
         """The cell's dict to fold a report into (a settled cell that hears again, a re-run, is a dict again)."""
         cell = self.cells.get(nodeid)
         if isinstance(cell, _Settled):
+            self._count(cell, -1)
             cell = self.cells[nodeid] = json.loads(cell.line)
         return cell
+
+    def _count(self, settled: _Settled, n: int) -> None:
+        key = (settled.outcome, settled.findings)
+        left = self._tally.get(key, 0) + n
+        if left:
+            self._tally[key] = left
+        else:
+            del self._tally[key]
 
     def _settle(self, nodeid: str) -> None:
         """A cell whose teardown has reported is kept as its line of the report, which is all the report needs of it:
@@ -187,13 +198,14 @@ class ReportCollector:
         try:
             line = plain(cell)  # a cell that says only how it ended: its line without a record
             if line is not None:
-                self.cells[nodeid] = _Settled.plain(line, cell["outcome"])
-                return
-            record = make(cell)
-            line = encode(record)
+                settled = _Settled.plain(line, cell["outcome"])
+            else:
+                record = make(cell)
+                settled = _Settled(encode(record), record)
         except ValueError:
             return
-        self.cells[nodeid] = _Settled(line, record)
+        self.cells[nodeid] = settled
+        self._count(settled, 1)
 
     def _fingerprint(self) -> dict[str, Any]:
         fp = {**self.state.fingerprint.to_dict(), **self.state.what_if_labels()}
@@ -305,38 +317,40 @@ class ReportCollector:
 
     # ------------------------------------------------------------------ writing
 
-    def _dicts(self, partial: bool) -> Iterator[tuple[str, RecordDraft | _Settled]]:
-        """Each cell: a settled one as it is, a dict in the records' JSON form already (one that never reported an
-        outcome says why it has none)."""
-        unfinished = STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
-        for nodeid, cell in self.cells.items():
-            if isinstance(cell, dict) and cell["outcome"] == "error" and not cell.get("reason"):
-                cell = {**cell, "reason": unfinished}
-            yield nodeid, cell
+    def _unfinished(self, partial: bool) -> str:
+        """Why a cell that never reported an outcome has none, in this write."""
+        return STOPPED_REASON if self.interrupted or partial else WORKER_DIED_REASON
 
     def build(self, exitstatus: int | None = None, partial: bool = False) -> Any:
         """The report as a `Report` (the baseline comparison reads it); the file is written from `_json_chunks`."""
         from ..report.model import Report
 
-        cells = [json.loads(cell.line) if isinstance(cell, _Settled) else cell for _, cell in self._dicts(partial)]
+        unfinished = self._unfinished(partial)
+        cells = [json.loads(cell.line) if isinstance(cell, _Settled) else _said(cell, unfinished)
+                 for cell in self.cells.values()]
         return Report.from_run(self._fingerprint(), cells, interrupted=self.interrupted or partial,
                                exitstatus=exitstatus)
 
     def _json_chunks(self, exitstatus: int | None, partial: bool) -> Iterator[str]:
-        """`build(...).json_chunks()` without the records: a settled cell is its line already, the others (cells
-        still running at a checkpoint, and the few that cannot settle) are made records of here."""
+        """`build(...).json_chunks()` without the records: a settled cell is its line already, and counted as it
+        settled (``_tally``); the others (cells still running at a checkpoint, and the few that cannot settle) are
+        made records of here. So a checkpoint of a long run costs little more than its bytes."""
         from ..report.model import CellRecord, encode_cell, run_json_chunks
 
         fp = self._fingerprint()
         name = str(fp.get("name") or "local")
-        rows: list[tuple[str, str, Any, str]] = []
-        for nodeid, cell in self._dicts(partial):
+        counts = {(name, outcome, findings): n for (outcome, findings), n in self._tally.items()}
+        unfinished = self._unfinished(partial)
+        lines: list[str] = []
+        for cell in self.cells.values():
             if isinstance(cell, _Settled):
-                rows.append((nodeid, cell.outcome, cell.findings, cell.line))
-            else:
-                record = CellRecord.from_dict({**cell, "runner": name})
-                rows.append((nodeid, record.outcome, _severities(record), encode_cell(record)))
-        return run_json_chunks(fp, rows, len(rows), interrupted=self.interrupted or partial, exitstatus=exitstatus,
+                lines.append(cell.line)
+                continue
+            record = CellRecord.from_dict({**_said(cell, unfinished), "runner": name})
+            key = (name, record.outcome, _severities(record))
+            counts[key] = counts.get(key, 0) + 1
+            lines.append(encode_cell(record))
+        return run_json_chunks(fp, lines, counts, interrupted=self.interrupted or partial, exitstatus=exitstatus,
                                indent=not partial)
 
     def write(self, exitstatus: int | None = None, partial: bool = False) -> bool:
@@ -496,6 +510,11 @@ class _Settled:
 _QUIET = {o: MappingProxyType({"outcome": o, "findings": (), "rules": ()})
           for o in ("passed", "skipped", "xfailed", "xpassed", "not-covered")}
 _OUTCOMES = {o: o for o in _QUIET}  # one string per outcome, not one per settled cell
+
+
+def _said(cell: RecordDraft, unfinished: str) -> RecordDraft:
+    """The cell as a write has it: one that never reported an outcome says why it has none (``unfinished``)."""
+    return {**cell, "reason": unfinished} if cell["outcome"] == "error" and not cell.get("reason") else cell
 
 
 def _severities(record: Any) -> tuple[tuple[str, bool], ...]:
