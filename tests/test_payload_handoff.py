@@ -111,11 +111,32 @@ def test_later_phases_and_measured_cells_are_decoded() -> None:
     assert payload.taken_cell(failed.payload_for("setup", False, "bench"), "n", None) is None
 
 
-def test_the_visible_gpus_are_read_at_each_payload(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_visible_gpus_are_read_as_each_cell_s_setup_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CUDA_VISIBLE_DEVICES`` as the cell's setup ended (its engine has started by then) is the record's gpu: set,
+    unset, changed by the test after its setup (the same GPUs as before), and read again by a re-run's setup."""
     cs = LiveCell(cell=MatrixCell(engine="hf", params={"a": 1}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-é,1")
-    assert payload.live_part(cs, "bench")["extra"] == {"gpu": "GPU-é,1"}
-    assert json.loads("{" + payload.live_text(cs, "bench"))["extra"] == {"gpu": "GPU-é,1"}
+    assert payload.visible_gpus() == "GPU-é,1"
+    assert payload.live_part(cs, "bench", "GPU-é,1")["extra"] == {"gpu": "GPU-é,1"}
+    assert json.loads("{" + payload.live_text(cs, "bench", "GPU-é,1"))["extra"] == {"gpu": "GPU-é,1"}
+    assert payload.live_part(cs, "bench", None)["extra"] == {}
+    assert json.loads("{" + payload.live_text(cs, "bench", None))["extra"] == {}
+
+    def gpu(sent: str | None) -> Any:
+        assert sent is not None
+        return json.loads(sent)["extra"].get("gpu")
+
+    assert gpu(cs.payload_for("setup", True, "bench")) == "GPU-é,1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the test changes it: its engine runs where it started
+    assert cs.payload_for("call", True, "bench") is None  # nothing new to say
+    assert gpu(cs.payload_for("call", False, "bench")) == "GPU-é,1"
+    assert gpu(cs.payload_for("teardown", False, "bench")) == "GPU-é,1"
+    assert gpu(cs.payload_for("setup", True, "bench")) == "7"  # a re-run's setup
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert payload.live_part(cs, "bench")["extra"] == {}
-    assert json.loads("{" + payload.live_text(cs, "bench"))["extra"] == {}
+    assert payload.visible_gpus() is None
+    assert gpu(cs.payload_for("teardown", False, "bench")) == "7"
+    assert gpu(cs.payload_for("setup", True, "bench")) is None
+    assert payload.build(cs, "bench")["extra"] == {}  # a cell stopped in its setup, or collected: read now
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert payload.build(cs, "bench")["extra"] == {"gpu": "2"}
+

@@ -46,7 +46,7 @@ _UNFINISHED_EITHER = "did not finish: the run was interrupted or its worker died
 CELL_EXTRA: Mapping[str, tuple[str, ...]] = {
     "engine_info": ("object", "null"),  # what the engine said of its start (catalog.base.RunInfo)
     "attention_prediction": ("object", "null"),  # the backend predicted beside the one reported (kb.predict_cells)
-    "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES
+    "gpu": ("string", "null"),  # the worker's CUDA_VISIBLE_DEVICES as the cell's setup ended
     "outputs": ("object", "null"),  # the generations kept for golden and cross-runner checks (outputs.py)
     "harness_state": ("string", "null"),  # why the process that ran the cell was in an unknown state (pool.unsettled)
 }

@@ -126,7 +126,7 @@ class ReportCollector:
                     cell = self.cells[nodeid] = taken
                     self._again(report, cell, _NO_FAILURE)
                 else:
-                    payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text (payload.text)
+                    payload = json.loads(sent) if isinstance(sent, str) else sent  # JSON text (payload.join)
                     if not isinstance(payload, dict):  # a test that is no cell
                         return
                     if cell is None:

@@ -118,12 +118,19 @@ def _fixed_part(cs: PayloadSource) -> tuple[dict[str, Any], bool]:
     return fixed, ready and (not fixed["findings"] or _is_json_safe(fixed))
 
 
-def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
-    """The part measured and noted while the cell runs. The engine's info and the worker's GPUs are keys of the
-    record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has always written them."""
+def visible_gpus() -> str | None:
+    """The GPUs this process shows a cell's engine (``CUDA_VISIBLE_DEVICES``; an xdist worker's is pinned at its
+    start): the record's extra key ``gpu``. Read once a cell, as its setup ends (``state.LiveCell.payload_for``),
+    when its engine has started on them: a reading where the variable is unset costs Python two exceptions."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def live_part(cs: PayloadSource, runner: str | None, gpu: str | None) -> dict[str, Any]:
+    """The part measured and noted while the cell runs. The engine's info and the GPUs it was shown (``gpu``,
+    `visible_gpus`) are keys of the record's ``extra`` (record.CELL_EXTRA), after what was noted, as the report has
+    always written them."""
     fields = {k: v for k, v in cs.notes.items() if k in _NOTED_FIELDS}
     extra = {k: v for k, v in cs.notes.items() if k not in _NOTED_FIELDS}
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
     extra.update((k, v) for k, v in (("engine_info", cs.info), ("gpu", gpu)) if v)
     return {"metrics": cs.metrics, "series": cs.series, "log_tail": cs.log_tail, **fields, "extra": extra,
             "runner": runner, ENGINE_FAILED: cs.engine_failed}
@@ -132,7 +139,7 @@ def live_part(cs: PayloadSource, runner: str | None) -> dict[str, Any]:
 def build(cs: PayloadSource, runner: str | None) -> CellPayload:
     """The whole payload as a dict: what a worker leaves of its collected cells (``collector.share_cells``) and what
     the controller takes of a cell stopped in its setup."""
-    return {**fixed_part(cs), **live_part(cs, runner)}
+    return {**fixed_part(cs), **live_part(cs, runner, visible_gpus())}
 
 
 def fixed_text(cs: PayloadSource) -> str:
@@ -181,24 +188,24 @@ _dumps_safe = encoder_once()
 
 _EMPTY_LIVE: dict[tuple[str | None, str | None], str] = {}
 """`live_part` as JSON text for a cell with nothing measured or noted (most phases of most cells), per (runner,
-CUDA_VISIBLE_DEVICES): made once rather than per phase."""
+the GPUs it was shown): made once rather than per phase."""
 
 
 _EMPTY_LIVE_DATA: dict[str, dict[str, Any]] = {}
 """Each text of ``_EMPTY_LIVE`` -> what JSON reads of it (its values JSON atoms and mappings of atoms)."""
 
 
-def live_text(cs: PayloadSource, runner: str | None) -> str:
+def live_text(cs: PayloadSource, runner: str | None, gpu: str | None) -> str:
     """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
-        key = (runner, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        key = (runner, gpu)
         text = _EMPTY_LIVE.get(key)
         if text is None:
-            text = _EMPTY_LIVE[key] = json.dumps(live_part(cs, runner), default=str)[1:]
+            text = _EMPTY_LIVE[key] = json.dumps(live_part(cs, runner, gpu), default=str)[1:]
             _EMPTY_LIVE_DATA[text] = json.loads("{" + text)
         return text
-    return json.dumps(live_part(cs, runner), default=str)[1:]
+    return json.dumps(live_part(cs, runner, gpu), default=str)[1:]
 
 
 _HANDED: list[Any] = [None, None, None]
@@ -257,17 +264,12 @@ def _live_effect(live: str) -> tuple[tuple[str, Any], ...]:
     return effect
 
 
-def text(fixed: str, cs: PayloadSource, runner: str | None) -> str:
-    """The payload as JSON text, from `fixed_text` and the live values (`join`).
+def join(fixed: str, live: str) -> str:
+    """The payload's JSON text from its two parts (`fixed_text`, `live_text`).
 
     Text, not a dict: pytest keeps every report to the end of the run, and a string is one object that the garbage
     collector never walks, where a dict of dicts and lists is a dozen walked by every full collection (on 10,000
     cells, full collections are the largest part of the plugin's cost). xdist sends it as it is."""
-    return join(fixed, live_text(cs, runner))
-
-
-def join(fixed: str, live: str) -> str:
-    """The payload's JSON text from its two parts (`fixed_text`, `live_text`)."""
     return "{" + fixed + "," + live
 
 

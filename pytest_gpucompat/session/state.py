@@ -56,9 +56,11 @@ class LiveCell:
         default=None, init=False, repr=False, compare=False
     )
     _sent: tuple[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    # the GPUs the cell's engine was shown (payload.visible_gpus), read as its setup ended
+    _gpu: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def payload_for(self, when: str, passed: bool, runner: str | None) -> str | None:
-        """The payload a phase's report carries, as JSON text (``payload.text``), or None where it would tell the
+        """The payload a phase's report carries, as JSON text (``payload.join``), or None where it would tell the
         report writer nothing new: a passed call or teardown that changed nothing since the last payload sent (the
         writer takes the outcome from the report itself, and the cell from the payload it already has). The first
         report of a cell, its setup's, always carries it: the cell must exist should the run be interrupted or its
@@ -69,7 +71,9 @@ class LiveCell:
         if fixed is None or fixed[0] is not self.findings or fixed[1] is not self.flagged:
             text, data = cell_payload.fixed_text_and_data(self)
             fixed = self._fixed = (self.findings, self.flagged, text)
-        live = cell_payload.live_text(self, runner)
+        if when == "setup" or self._sent is None:  # the cell's first payload: its engine has started by now
+            self._gpu = cell_payload.visible_gpus()
+        live = cell_payload.live_text(self, runner, self._gpu)
         sent = self._sent
         unchanged = passed and sent is not None and sent[1] == live and sent[0] == fixed[2]
         if when == "teardown":  # the cell's last phase: nothing later compares with these texts (a re-run sends its
