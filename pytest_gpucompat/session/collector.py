@@ -77,8 +77,9 @@ class ReportCollector:
         # nodeid -> the cell as the record's JSON form (payload.RecordDraft), what the report is built from; a
         # finished cell as its line of the report (_Settled)
         self.cells: dict[str, RecordDraft | _Settled] = {}
-        # the settled cells counted by (outcome, findings) as they settle: a write counts only the others
-        self._tally: dict[tuple[str, tuple[tuple[str, bool], ...]], int] = {}
+        # the settled cells counted as the summary counts them (report.model.CellCounts) as they settle: a write
+        # counts only the others
+        self._tally: dict[tuple[str, str, tuple[tuple[str, bool], ...]], int] = {}
         self._runner: str | None = None  # the report's runner name, as Report.from_run names it
         self._line_of: tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], str],
                              Callable[[Mapping[str, Any]], str | None]] | None = None
@@ -173,7 +174,7 @@ class ReportCollector:
         return cell
 
     def _count(self, settled: _Settled, n: int) -> None:
-        key = (settled.outcome, settled.findings)
+        key = (str(self._runner), settled.outcome, settled.findings)
         left = self._tally.get(key, 0) + n
         if left:
             self._tally[key] = left
@@ -339,7 +340,7 @@ class ReportCollector:
 
         fp = self._fingerprint()
         name = str(fp.get("name") or "local")
-        counts = {(name, outcome, findings): n for (outcome, findings), n in self._tally.items()}
+        counts = dict(self._tally)  # (settled cells are this run's runner's: _settle named it as `name` is)
         unfinished = self._unfinished(partial)
         lines: list[str] = []
         for cell in self.cells.values():

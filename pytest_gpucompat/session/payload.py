@@ -143,7 +143,7 @@ def build(cs: PayloadSource, runner: str | None) -> CellPayload:
 
 
 def fixed_text(cs: PayloadSource) -> str:
-    """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `text`. (Where all of
+    """`fixed_part` as the inside of a JSON object: built once per set of findings, joined by `join`. (Where all of
     it is JSON-safe already, an encoder made once writes the same text as one made with ``default=str``, which json
     builds anew for every call.)"""
     return fixed_text_and_data(cs)[0]
@@ -196,7 +196,7 @@ _EMPTY_LIVE_DATA: dict[str, dict[str, Any]] = {}
 
 
 def live_text(cs: PayloadSource, runner: str | None, gpu: str | None) -> str:
-    """`live_part` as the end of a JSON object, joined to `fixed_text` by `text`; for a cell with nothing measured
+    """`live_part` as the end of a JSON object, joined to `fixed_text` by `join`; for a cell with nothing measured
     or noted, the same string object every time (``_EMPTY_LIVE``)."""
     if cs.log_tail is None and not (cs.engine_failed or cs.metrics or cs.series or cs.info or cs.notes):
         key = (runner, gpu)
