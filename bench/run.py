@@ -382,6 +382,7 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
             "engine_params_sets": len(param_sets),
             "rules": len(kb.rules),
             "rule_files": len(kb.files),
+            "key_writer": _key_writer(),
             "seed": seed,
             "repeats": repeats,
             "cold_runs_s": [round(t, 4) for t in cold],
@@ -393,6 +394,15 @@ def bench_kb(cells: int, fingerprints: int, seed: int, repeats: int, verify: int
     if verify:
         result["kb"]["verified"] = verify_kb(kb, fps, param_sets, verify, seed)
     return result
+
+
+def _key_writer() -> str:
+    """What writes a cell's parameters as their exact key (``kb.paramkey``): its speed is a third of a cell's."""
+    try:
+        from pytest_gpucompat.kb import paramkey
+    except ImportError:  # a tree from before kb.paramkey: marshal
+        return "marshal 2"
+    return str(paramkey.KEY_WRITER)
 
 
 def verify_kb(kb: Any, fps: Sequence[Any], param_sets: Sequence[tuple[str | None, dict[str, Any]]], n: int,
@@ -815,7 +825,8 @@ def table(result: dict[str, Any]) -> str:
         rows.append(("kb_cells_per_s (cold)", _fmt(cps), _goal("kb_cells_per_s", cps)))
         rows.append(("kb_cells_per_s_warm", _fmt(result["kb_cells_per_s_warm"]), "same cells, caches filled"))
         rows.append(("rule_checks_per_s", _fmt(result["rule_checks_per_s"]),
-                     f"{kb['cells']} cells x {kb['rules']} rules, {kb['fingerprints']} fingerprints"))
+                     f"{kb['cells']} cells x {kb['rules']} rules, {kb['fingerprints']} fingerprints, "
+                     f"keys: {kb.get('key_writer', 'marshal 2')}"))
         if "verified" in kb:
             v = kb["verified"]
             rows.append(("kb verified against rule_matches", f"{v['cells']} cells", f"{v['mismatches']} mismatches"))

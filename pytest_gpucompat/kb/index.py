@@ -12,7 +12,6 @@ PYTEST_DONT_REWRITE
 
 from __future__ import annotations
 
-import marshal
 import operator
 import weakref
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 from ..common.versions import norm_value
 from ..machine.fingerprint import Fingerprint
+from . import paramkey
 from .match import (
     MACHINE_CONDITIONS,
     NO_KEY,
@@ -42,6 +42,7 @@ from .match import (
     smallest_gpu_mib_of,
     vkey,
 )
+from .paramkey import KEY_ERRORS, exact_key, written_exactly
 from .rulesets import Halves
 from .schema import Conditions, KnowledgeBase, Rule
 
@@ -51,9 +52,7 @@ _MAX_FINGERPRINTS = 1024  # fingerprints remembered per knowledge base (a fleet 
 _MAX_KBS = 32
 _UNCACHEABLE = object()
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
-_MARSHALLED_TYPES = frozenset((str, int, bool, type(None), float))  # written by marshal as exactly themselves
-_STR_TYPE = frozenset((str,))
-_dumps: Callable[[Any, int], bytes] = marshal.dumps
+_key: Callable[[Any], bytes] = paramkey.key_of  # bound here: one global lookup per cell
 _RAW_ENGINE_TYPES = frozenset((str, type(None)))  # engine parameter values remembered as they are (candidates)
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
 
@@ -67,7 +66,7 @@ def matching_rules(
     an index (see ``_KbIndex``): machine conditions are decided once per fingerprint from tables of the facts'
     values, each parameter value once per knowledge base, and what a cell's parameters leave of the rules is
     remembered by their exact content (``_KbIndex.kept_mask``), so a cell of a known parameter set costs one
-    ``marshal`` call and a few lookups.
+    key (``kb.paramkey``) and a few lookups.
     """
     last = _LAST
     fpi = last[2] if last[1] is fp and last[0] is kb else None
@@ -88,10 +87,10 @@ def matching_rules(
         if candidates is None:
             candidates = fpi.candidates(None, engine_param)
     # the rest is _KbIndex's work, inlined (a call costs as much as a dict lookup, and this runs per cell)
-    try:  # the parameters' content as one exact key (see _KbIndex.kept_mask); marshal is the fastest way to it
-        key: bytes | None = _dumps(merged, 2)
-    except ValueError:  # a mapping other than a dict, or a value marshal cannot write
-        merged, key = _exact_key(merged)
+    try:  # the parameters' content as one exact key (kb.paramkey)
+        key: bytes | None = _key(merged)
+    except KEY_ERRORS:  # a mapping other than a dict, or a value the key's writer cannot write exactly
+        merged, key = exact_key(merged, _key)
     kept = fpi.kept.get(key)
     if kept is None:
         kept = fpi.kept_sized.get(key)
@@ -111,18 +110,6 @@ def matching_rules(
     if rest is None:
         rest = fpi.high_rules(high)
     return found + rest
-
-
-def _exact_key(params: Mapping[str, Any]) -> tuple[Mapping[str, Any], bytes | None]:
-    """Parameters marshal refused: as a plain dict, and their key if marshal writes that (None: a value it cannot
-    write, an instance of a class of its own, judged every time)."""
-    if type(params) is not dict:
-        params = dict(params)
-        try:
-            return params, _dumps(params, 2)
-        except ValueError:
-            pass
-    return params, None
 
 
 def _value_key(value: Any) -> Any:
@@ -220,7 +207,7 @@ class _KbIndex:
         # the rules whose needs fail
         self.needs_ids: dict[tuple[Any, ...], int] = {}
         self.needs_by_machine: dict[tuple[int, float | None], dict[int | None, int]] = {}
-        # the parameters' exact content (marshal) -> their verdict; GPU count, or needs_machine(facts) for cells
+        # the parameters' exact content (kb.paramkey) -> their verdict; GPU count, or needs_machine(facts) for cells
         # whose needs read the GPUs' size -> content -> kept mask (kept_mask)
         self.kept_by_count: dict[int, dict[bytes | None, tuple[int, int]]] = {}
         self.by_content: dict[bytes, tuple[int, int | None]] = {}
@@ -367,19 +354,16 @@ class _KbIndex:
         model's weights): all rules but those whose parameter conditions fail for them or whose needs fail on such a
         machine; remembered by ``key``.
 
-        ``key`` is the parameters written by ``marshal`` (None where it cannot write them). Equal bytes are equal
-        names, values and exact types: marshal writes only built-in types, each with its own code (``True``, ``1``,
-        ``1.0`` and ``"1"`` differ, and ``-0.0`` from ``0.0``) and refuses subclasses (a str whose ``str()`` is
-        not itself). It writes any object with the buffer protocol as bytes, so a verdict is remembered only for
-        parameters whose names are str and whose values are str, int, bool, float or None: bytes equal to theirs
-        come from parameters of those same types. One marshal call and one lookup replace, per cell, the names
-        tuple, the plan, the values and their types (``verdict_of``), which take over where nothing is
-        remembered. The mask is returned as its halves (see ``matching_rules``)."""
+        ``key`` is the parameters' exact key (``kb.paramkey``; None where its writer cannot write them): equal bytes
+        are equal names, values and exact types, and a verdict is remembered only for parameters whose names are
+        str and whose values are str, int, bool, float or None (``paramkey.written_exactly``). One key and one
+        lookup replace, per cell, the names tuple, the plan, the values and their types (``verdict_of``), which take
+        over where nothing is remembered. The mask is returned as its halves (see ``matching_rules``)."""
         verdict = self.by_content.get(key) if key is not None else None
         exact = verdict is not None
         if verdict is None:
             verdict = self.verdict_of(params)
-            exact = key is not None and _marshalled_exactly(params)
+            exact = key is not None and written_exactly(params)
             if exact and key is not None and len(self.by_content) < _MAX_CACHED:
                 self.by_content[key] = verdict
         mask, needs_id = verdict
@@ -464,11 +448,6 @@ class _KbIndex:
         if needs_id is not None:
             fpi.needs_failing[needs_id] = failing
         return failing
-
-
-def _marshalled_exactly(params: Mapping[str, Any]) -> bool:
-    """Whether marshal writes these parameters as exactly themselves (see ``_KbIndex.kept_mask``)."""
-    return _STR_TYPE.issuperset(map(type, params)) and _MARSHALLED_TYPES.issuperset(map(type, params.values()))
 
 
 class _Plan:
