@@ -7,7 +7,7 @@ Modules, in the order data flows through them:
 - ``match``: a fingerprint's ``Facts``, one function per condition kind, the reference ``rule_matches`` (the test
   oracle), ``describe_runner`` and the fleet-axis check;
 - ``index``: ``matching_rules``, every rule at once through bit masks built from ``match``'s functions (with
-  ``rulesets``: a result mask as its rules);
+  ``paramkey``: a cell's parameters as one exact key; ``rulesets``: a result mask as its rules);
 - ``verdicts``: what matched rules do (``Finding``, ``Decision``, the policy);
 - ``evaluate``: the one pipeline, ``evaluate_cell`` (pytest, fleet preview) and ``evaluate_machine`` (check);
 - ``check``: ``gpucompat check``'s text and JSON; ``lint``: ``gpucompat rules --lint``;
