@@ -269,11 +269,19 @@ def test_a_machine_condition_without_a_field_key_is_decided_from_the_facts(monke
 
 def test_the_key_writer_is_msgpacks_compiled_packer_only_where_it_is_safe_and_faster() -> None:
     """msgpack's compiled packer where it is installed and the GIL is on; marshal without msgpack, with its
-    pure-Python fallback (slower than marshal) or without the GIL (one shared packer)."""
+    pure-Python fallback (slower than marshal), with a packer that lacks the options or without the GIL (one shared
+    packer)."""
     fallback = importlib.import_module("msgpack.fallback")
     assert "msgpack " + ".".join(map(str, _msgpack.version)) == paramkey.KEY_WRITER  # what this install runs
     assert paramkey.choose(_msgpack, True)[1].startswith("msgpack ")
-    for module, gil in ((None, True), (_msgpack, False), (types.SimpleNamespace(Packer=fallback.Packer), True)):
+    class Old:  # a packer without strict_types, compiled
+        __module__ = "msgpack._cmsgpack"
+
+        def __init__(self, use_bin_type: bool) -> None:
+            pass
+
+    for module, gil in ((None, True), (_msgpack, False), (types.SimpleNamespace(Packer=fallback.Packer), True),
+                        (types.SimpleNamespace(Packer=Old), True)):
         write, name = paramkey.choose(module, gil)
         assert name == "marshal 2" and write({"a": 1}) == paramkey.choose(None, True)[0]({"a": 1})
 

@@ -5,13 +5,13 @@ Equal bytes must mean equal names and values of the same exact types: ``True``, 
 other values to the conditions ("true" against "1"), and so are ``-0.0`` and ``0.0``. Both writers used here give
 every type they write its own marker and write only exact built-in types:
 
-- msgpack's compiled packer with ``strict_types`` (about 40 % of marshal's time over a matrix's parameters: it
-  writes each string's UTF-8 in place, where marshal's version 2 makes an encoded copy of each): nil, true and
-  false, integers, IEEE doubles (``use_single_float`` off), strings (str), binary (bytes, bytearray, memoryview:
-  ``use_bin_type``), arrays (exact lists) and maps (exact dicts); a subclass of any of those (``IntEnum``, a str
-  subclass, a dict subclass), a tuple, a set, an enum or any other object raises ``TypeError``, an integer past 64
-  bits ``OverflowError``, a string with a lone surrogate ``UnicodeEncodeError`` and nesting past its limit
-  ``ValueError``;
+- msgpack's compiled packer with ``strict_types`` (with the key's lookup, about 60 % of marshal's time over a
+  matrix's parameters: it writes each string's UTF-8 in place, where marshal's version 2 makes an encoded copy):
+  nil, true and false, integers, IEEE doubles (``use_single_float`` off), strings (str), binary (bytes,
+  bytearray, memoryview: ``use_bin_type``), arrays (exact lists) and maps (exact dicts); a subclass of any of those
+  (``IntEnum``, a str subclass, a dict subclass), a tuple, a set, an enum or any other object raises ``TypeError``,
+  an integer past 64 bits ``OverflowError``, a string with a lone surrogate ``UnicodeEncodeError`` and nesting past
+  its limit ``ValueError``;
 - marshal (version 2: no back-references, so equal content gives equal bytes) where that packer is missing, is
   msgpack's pure-Python fallback (slower than marshal), or where the interpreter runs without the GIL (one packer,
   with one buffer, serves every call: safe only while one thread runs Python at a time).
@@ -47,8 +47,11 @@ def choose(msgpack: Any, gil_enabled: bool) -> tuple[Callable[[Any], bytes], str
     packer = getattr(msgpack, "Packer", None)
     if packer is None or not gil_enabled or getattr(packer, "__module__", "") != "msgpack._cmsgpack":
         return _marshal_key, "marshal 2"
-    pack: Callable[[Any], bytes] = packer(use_bin_type=True, use_single_float=False, strict_types=True,
-                                          autoreset=True).pack
+    try:
+        pack: Callable[[Any], bytes] = packer(use_bin_type=True, use_single_float=False, strict_types=True,
+                                              autoreset=True).pack
+    except TypeError:  # a release without these options (msgpack < 1.0 is not what this package declares)
+        return _marshal_key, "marshal 2"
     return pack, "msgpack " + ".".join(map(str, getattr(msgpack, "version", ("?",))))
 
 
