@@ -19,7 +19,6 @@ from typing import Any
 
 from ..common.versions import norm_value
 from ..machine.fingerprint import Fingerprint
-from . import paramkey
 from .match import (
     MACHINE_CONDITIONS,
     NO_KEY,
@@ -43,6 +42,7 @@ from .match import (
     vkey,
 )
 from .paramkey import KEY_ERRORS, exact_key, written_exactly
+from .paramkey import key_of as _key  # bound here: one global lookup per cell
 from .rulesets import Halves
 from .schema import Conditions, KnowledgeBase, Rule
 
@@ -52,7 +52,6 @@ _MAX_FINGERPRINTS = 1024  # fingerprints remembered per knowledge base (a fleet 
 _MAX_KBS = 32
 _UNCACHEABLE = object()
 _EXACT_TYPES = frozenset((str, int, bool, type(None)))  # equal values of one of these types are alike
-_key: Callable[[Any], bytes] = paramkey.key_of  # bound here: one global lookup per cell
 _RAW_ENGINE_TYPES = frozenset((str, type(None)))  # engine parameter values remembered as they are (candidates)
 _CONDITIONS_BY_NAME = {c.name: c for c in MACHINE_CONDITIONS}
 

@@ -13,8 +13,8 @@ every type they write its own marker and write only exact built-in types:
   an integer past 64 bits ``OverflowError``, a string with a lone surrogate ``UnicodeEncodeError`` and nesting past
   its limit ``ValueError``;
 - marshal (version 2: no back-references, so equal content gives equal bytes) where that packer is missing, is
-  msgpack's pure-Python fallback (slower than marshal), or where the interpreter runs without the GIL (one packer,
-  with one buffer, serves every call: safe only while one thread runs Python at a time).
+  msgpack's pure-Python fallback (slower than marshal) or lacks these options, or where the interpreter runs without
+  the GIL (one packer, with one buffer, serves every call: safe only while one thread runs Python at a time).
 
 A key is only ever remembered for parameters whose names are str and whose values are str, int, bool, float or
 None (``written_exactly``), so bytes equal to a remembered key come from parameters of those same types whatever
