@@ -270,10 +270,12 @@ def needs_match(when: dict[str, object], gpus: tuple[GPU, ...], params: dict[str
     ({"tensor_parallel_size": 2}, (A100,), True),         # one short
     ({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}, (A100, A100, A100), True),  # the product
     ({"tensor_parallel_size": "2"}, (A100,), True),       # a count written as text
-    ({"tensor_parallel_size": 0}, (), False),             # not a count: not judged
-    ({"tensor_parallel_size": True}, (), False),
-    ({"tensor_parallel_size": "two"}, (), False),
-    ({"tensor_parallel_size": None}, (), True),           # absent or null counts as 1
+    ({"tensor_parallel_size": 0, "pipeline_parallel_size": 2}, (A100,), False),  # not a count: not judged
+    ({"tensor_parallel_size": True, "pipeline_parallel_size": 2}, (A100,), False),
+    ({"tensor_parallel_size": "two", "pipeline_parallel_size": 2}, (A100,), False),
+    ({"tensor_parallel_size": None, "pipeline_parallel_size": 2}, (A100,), True),  # absent or null counts as 1
+    ({"tensor_parallel_size": 2}, (), False),             # no GPU listed: how many is not known, not judged
+    ({}, (), False),
 ])
 def test_needs_gpus_edges(params: dict[str, object], gpus: tuple[GPU, ...], expected: bool) -> None:
     assert needs_match({"needs": {"gpus": ["tensor_parallel_size", "pipeline_parallel_size"]}}, gpus,
@@ -303,9 +305,6 @@ TP_PP = ["tensor_parallel_size", "pipeline_parallel_size"]
 @pytest.mark.parametrize(("when", "fp", "params", "said"), [
     ({"needs": {"gpus": TP_PP}}, Fingerprint(gpus=(A100,)), {"tensor_parallel_size": 2, "pipeline_parallel_size": 2},
      "needs 4 GPUs (tensor_parallel_size=2 × pipeline_parallel_size=2), 1 visible"),
-    ({"needs": {"gpus": TP_PP}}, Fingerprint(), {"tensor_parallel_size": 1},
-     "needs 1 GPU (tensor_parallel_size=1), 0 visible"),
-    ({"needs": {"gpus": ["tensor_parallel_size"]}}, Fingerprint(), {}, "needs 1 GPU, 0 visible"),
     ({"needs": {"gpu_memory_mib": ["tensor_parallel_size"]}}, Fingerprint(gpus=(H200, A100)),
      {"tensor_parallel_size": 2, WEIGHTS_PARAM: 100000},
      "needs 50,000 MiB of weights per GPU (split by tensor_parallel_size=2), the smallest GPU has 40,960 MiB"),

@@ -486,11 +486,14 @@ def needs_hold(w: Conditions, facts: Facts, params: Mapping[str, Any]) -> bool:
 
 
 def needs_hold_on(w: Conditions, machine: tuple[int, float | None], params: Mapping[str, Any]) -> bool:
-    """``needs_hold`` given ``needs_machine(facts)``: the machine enters only through those two numbers."""
+    """``needs_hold`` given ``needs_machine(facts)``: the machine enters only through those two numbers. A
+    fingerprint that lists no GPU does not say how many it has (a hand-written file, a pasted report, a machine
+    without NVML), so a GPU need is not judged there: "0 visible" would blame every such report on its GPU count,
+    and a machine that truly has none cannot run the cell at all, which is a skip of its own, not this finding."""
     gpu_count, smallest_mib = machine
     if w.needs_gpus:
         need = gpus_needed(w.needs_gpus, params)
-        if need is None or need <= gpu_count:
+        if need is None or not gpu_count or need <= gpu_count:
             return False
     if w.needs_memory:
         need_mib = memory_needed(w.needs_memory, params)
