@@ -180,9 +180,9 @@ def test_a_command_line_against_a_later_release(matrices):
     assert "ambiguous" in by_flag["--max-num"].problems[0]
     assert by_flag["--max-num-seq"].ok and "an abbreviation of --max-num-seqs" in by_flag["--max-num-seq"].notes[0]
     assert ("--max-model-len", None, 2048) in check.defaults_changed
-    assert check.broken and check.settings == {"enforce_eager": True, "max_num_seqs": 4}
+    assert check.broken and check.settings == {"model": "/models/m", "enforce_eager": True, "max_num_seqs": 4}
     same = check_command(["vllm", "serve", "m", "--max-num-seqs", "8", "--enforce-eager"], "vllm", "0.5.0", None)
-    assert not same.broken and same.settings == {"max_num_seqs": 8, "enforce_eager": True}
+    assert not same.broken and same.settings == {"model": "m", "max_num_seqs": 8, "enforce_eager": True}
 
 
 def test_the_target_machine_takes_the_releases_exact_pins(matrices):
@@ -190,7 +190,7 @@ def test_the_target_machine_takes_the_releases_exact_pins(matrices):
     check = check_command(["vllm", "serve", "m", "--enforce-eager"], "vllm", "0.2.0", "0.5.0")
     target, assumed = target_fingerprint(fp, check)
     assert target.packages == {"vllm": "0.5.0", "torch": "2.4.0"}
-    assert target.params == {"x": 1, "enforce_eager": True}
+    assert target.params == {"x": 1, "model": "m", "enforce_eager": True}
     assert assumed == ("vllm 0.5.0", "torch 2.4.0 (pinned by vllm 0.5.0)")
 
 

@@ -143,7 +143,14 @@ class EngineDescriptor:
                      why); everything else runs with the engine's own defaults. Each is a recorded deviation.
     harness_env:     environment variables the harness sets for it when neither the environment nor the cell does;
                      recorded the same way. Empty for every engine shipped here: an engine runs as installed.
-    command_markers: words that show a command line starts this engine's server (`gpucompat check --args`).
+    command_markers: the engine's own commands, as a command line starts them (`gpucompat check --args`,
+                     kb.launch): two words ("vllm serve"), a module run with `python -m` ("sglang.launch_server"),
+                     or a program ("trtllm-build"); the words after it are the engine's arguments.
+    setting_aliases: a flag's name read without a release's flags -> the setting the knowledge base names (the
+                     engine's Python keyword): the short forms users type (`-tp`), a build tool's flags.
+    python_calls:    the Python calls that take its settings as keyword arguments (`LLM(model=..., dtype=...)`).
+    images:          the container images whose entrypoint is the engine's server (`docker run IMAGE ARGS`), by
+                     repository; a tag that is a release (`:v0.6.3`) names the engine's version.
     cli_underscores: its command line takes `--max_model_len` for `--max-model-len` (vLLM's parser does; plain
                      argparse does not).
     default_server:  set for an engine that drives an OpenAI-compatible server instead of a GPU of its own: the
@@ -179,6 +186,9 @@ class EngineDescriptor:
     harness_defaults: Mapping[str, HarnessDefault] = field(default_factory=dict)
     harness_env: Mapping[str, HarnessDefault] = field(default_factory=dict)
     command_markers: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+    setting_aliases: Mapping[str, str] = field(default_factory=dict)
+    python_calls: tuple[str, ...] = ()
     cli_underscores: bool = False
     default_server: str | None = None
     reference: bool = False
@@ -377,6 +387,10 @@ register(EngineDescriptor(
     kb=True,
     help_commands=(("vllm", "--help"), ("vllm", "serve", "--help=all")),
     command_markers=("vllm serve", "vllm.entrypoints"),
+    images=("vllm/vllm-openai",),
+    setting_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
+                     "q": "quantization"},
+    python_calls=("LLM", "EngineArgs", "AsyncEngineArgs"),
     cli_underscores=True,  # vllm/utils FlexibleArgumentParser turns --max_model_len into --max-model-len
     env_prefixes=("VLLM_",),
     packages=("vllm",),
@@ -411,7 +425,12 @@ register(EngineDescriptor(
     module="sglang",
     kb=True,
     help_commands=((sys.executable, "-m", "sglang.launch_server", "--help"),),
-    command_markers=("sglang.launch_server", "sglang serve"),
+    command_markers=("sglang.launch_server", "sglang serve", "sglang.bench_one_batch", "sglang.bench_serving"),
+    images=("lmsysorg/sglang",),
+    setting_aliases={"tp": "tp_size", "tensor_parallel_size": "tp_size", "dp": "dp_size",
+                     "data_parallel_size": "dp_size", "pp": "pp_size", "pipeline_parallel_size": "pp_size",
+                     "model_path": "model"},
+    python_calls=("Engine", "ServerArgs"),
     env_prefixes=("SGLANG_", "SGL_"),
     packages=("sglang",),
     stack_packages={"sglang-kernel": ("sglang-kernel", "sgl-kernel")},  # its kernels, sgl-kernel before 0.3.x
@@ -452,7 +471,12 @@ register(EngineDescriptor(
     module="tensorrt_llm",
     kb=True,
     help_commands=(("trtllm-build", "--help"), ("trtllm-serve", "serve", "--help")),
-    command_markers=("trtllm-serve",),
+    command_markers=("trtllm-serve", "trtllm-build", "trtllm-bench", "trtllm-llmapi-launch",
+                     "convert_checkpoint.py"),
+    images=("nvidia/tensorrt-llm/release",),
+    setting_aliases={"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size",
+                     "cp_size": "context_parallel_size", "qformat": "quantization"},
+    python_calls=("LLM",),
     env_prefixes=("TRTLLM_", "TLLM_"),
     packages=("tensorrt-llm",),
     stack_packages={"tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")},  # the runtime under it

@@ -15,16 +15,16 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..catalog.registry import descriptor, descriptors
+from ..catalog.registry import descriptor
 from ..common.errors import InputError
 from ..common.versions import normalize_package, parse_version
 from ..machine.fingerprint import Fingerprint
 from .history import History, load_history, norm_flag
+from .launch import MAX_COMMAND_CHARS, launch_of, words_of
 
 _NO_VALUE = {"store_true", "store_false", "store_const", "BooleanOptionalAction", "count", "help", "version",
              "append_const"}
@@ -55,11 +55,13 @@ class FlagCheck:
 class CommandCheck:
     engine: str
     current: str | None  # the release installed here (or the fingerprint's); None: unknown
-    target: str  # the release checked against
+    target: str | None  # the release checked against; None: not known, so no flag was checked
     flags: tuple[FlagCheck, ...]
     defaults_changed: tuple[tuple[str, Any, Any], ...] = ()  # flags not given whose default differs
     settings: Mapping[str, Any] = field(default_factory=dict, hash=False)  # dest -> value, for the KB
     assumed: tuple[str, ...] = ()  # what the target fingerprint assumes ("torch 2.13.0, pinned by vllm 0.34.0")
+    unchecked: str | None = None  # why the flags were not checked against a release (its settings still read)
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)  # variables the command line sets
 
     @property
     def broken(self) -> bool:
@@ -71,21 +73,20 @@ class CommandCheck:
                            "problems": list(f.problems), "notes": list(f.notes)} for f in self.flags],
                 "defaults_changed": [{"flag": n, "current": a, "target": b} for n, a, b in self.defaults_changed],
                 "settings": dict(self.settings),
-                "assumed": list(self.assumed)}
+                "assumed": list(self.assumed), "unchecked": self.unchecked, "env": dict(self.env)}
 
 
 def engine_of(argv: Sequence[str]) -> str | None:
-    """The engine whose server the command line starts (the registry's ``command_markers``), else None."""
-    head = " ".join(t for t in argv if not t.startswith("-"))
-    for d in descriptors():
-        if any(marker in head for marker in d.command_markers):
-            return d.name
-    return None
+    """The engine whose server or tool the command line starts (``kb.launch``), else None."""
+    return launch_of(argv).engine
 
 
 def split_args(text: str, source: str = "--args") -> list[str]:
+    """The words of a pasted command line (``kb.launch.words_of``: quoting, ``\\`` continuations, ``$`` prompts)."""
+    if len(text) > MAX_COMMAND_CHARS:
+        raise InputError(source, None, f"a command line of {len(text):,} characters (at most {MAX_COMMAND_CHARS:,})")
     try:
-        return shlex.split(text)
+        return words_of(text)
     except ValueError as exc:
         raise InputError(source, None, f"not a command line: {exc}") from None
 
@@ -111,18 +112,28 @@ def parse_target(text: str, engine: str | None) -> tuple[str | None, str]:
 
 
 def check_command(argv: Sequence[str], engine: str, current: str | None, target: str | None) -> CommandCheck:
-    """Check ``argv`` against ``target`` (default: ``current``) in ``engine``'s history."""
+    """Check ``argv`` against ``target`` (default: ``current``) in ``engine``'s history.
+
+    ``argv`` is the whole command line as pasted (``kb.launch`` takes the launcher's words off: ``python -m``,
+    variables, docker's options). Where no release can be checked (the engine has no flag history, the release is
+    not known or not in it), the flags are not judged but the settings are still read, so the knowledge base can
+    judge them: a report that names no version still says ``--quantization awq``."""
+    launch = launch_of(argv)
+    words = launch.args if launch.command is not None or launch.image is not None else tuple(argv)
+    current = current or launch.image_version
     history = load_history(engine)
-    if history is None:
-        raise InputError("--args", None, f"{engine} has no release history to check a command line against")
     goal = target or current
-    if goal is None:
-        raise InputError("--to", None, f"{engine} is not installed here: say which release with --to {engine}==X")
+    why = _unchecked(history, engine, goal, target)
+    if why is not None or history is None or goal is None:
+        settings = {**generic_settings(words, engine), **launch.settings}
+        return CommandCheck(engine, current, goal, (), settings=settings, unchecked=why, env=dict(launch.env))
     t = _index(history, goal, "--to" if target else "installed")
-    c = _index(history, current, "installed") if current is not None else None
+    c = history.index_of(current) if current is not None else None
+    if c is not None and not history.releases[c].read:
+        c = None
     underscores = getattr(descriptor(engine), "cli_underscores", False)
-    checks = [_check_flag(g, history, t, c, underscores) for g in given_flags(argv, history, t)]
-    settings = {}
+    checks = [_check_flag(g, history, t, c, underscores) for g in given_flags(words, history, t)]
+    settings = dict(generic_settings(words, engine, positional_only=True))
     for fc in checks:
         attrs = history.item("flags", fc.flag, t) if fc.ok else None
         if attrs and isinstance(attrs.get("dest"), str):
@@ -135,7 +146,69 @@ def check_command(argv: Sequence[str], engine: str, current: str | None, target:
             a, b = before[name].get("default"), after[name].get("default")
             if a != b:
                 changed.append((name, a, b))
-    return CommandCheck(engine, current, goal, tuple(checks), tuple(changed), settings)
+    return CommandCheck(engine, current, goal, tuple(checks), tuple(changed), settings, env=dict(launch.env))
+
+
+def _unchecked(history: History | None, engine: str, goal: str | None, target: str | None) -> str | None:
+    """Why the flags cannot be checked against a release, or None. A release named with ``--to`` that the history
+    lacks stays an error (the user asked for it); the installed or stated one only loses the flag check."""
+    if history is None:
+        return f"{engine} has no release history of its flags: flags not checked, settings read as written"
+    if goal is None:
+        return f"the {engine} release is not known: flags not checked (name it with --to {engine}==X)"
+    if target is not None:
+        return None
+    i = history.index_of(goal)
+    if i is None:
+        return f"{engine} {goal} is not in the release history ({history.span()}): flags not checked"
+    if not history.releases[i].read:
+        return f"{engine} {goal} could not be read: flags not checked"
+    return None
+
+
+def generic_settings(words: Sequence[str], engine: str, positional_only: bool = False) -> dict[str, Any]:
+    """The settings a command line names, read without a release's flags: ``--name value`` / ``--name=value`` as
+    ``name`` (dashes as underscores, the engine's aliases resolved: ``-tp 2`` is ``tensor_parallel_size``), a
+    switch as True, and the model (``vllm serve MODEL``'s positional, ``--model``, ``--model-path``) as ``model``.
+    ``positional_only``: only the model, where the release's own flags give the rest."""
+    found = descriptor(engine)
+    aliases = found.setting_aliases if found is not None else {}
+    settings: dict[str, Any] = {}
+    i, first_positional = 0, True
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-" or _is_number(word):
+            if first_positional and not positional_only and "model" not in settings:
+                settings["model"] = word
+            elif first_positional and positional_only:
+                settings.setdefault("model", word)
+            first_positional = False
+            continue
+        first_positional = False
+        name, eq, value = word.partition("=")
+        key = name.lstrip("-").replace("-", "_")
+        if not key:
+            continue
+        text: str | None
+        if eq:
+            text = value
+        elif i < len(words) and (not words[i].startswith("-") or _is_number(words[i])):
+            text = words[i]
+            i += 1
+        else:
+            text = None
+        key = aliases.get(key, key)
+        if key in ("model_path", "model_dir", "checkpoint_dir", "engine_dir"):
+            key = "model" if key == "model_path" or "model" not in settings else key
+        if positional_only and key != "model":
+            continue
+        settings[key] = _value(text, {}) if text is None or text.lower() not in _SWITCH_WORDS \
+            else _SWITCH_WORDS[text.lower()]
+    return settings
+
+
+_SWITCH_WORDS = {"enable": True, "disable": False, "true": True, "false": False}
 
 
 def _index(history: History, version: str, what: str) -> int:
@@ -286,9 +359,15 @@ def target_fingerprint(fp: Fingerprint, check: CommandCheck) -> tuple[Fingerprin
     """``fp`` with the engine at the target release, every package the target pins exactly (``==X``) at X when the
     fingerprint tracks it, the engine's install state unknown, and the command line's settings as parameters."""
     history = load_history(check.engine)
-    assert history is not None
-    t = history.index_of(check.target)
-    assert t is not None
+    t = history.index_of(check.target) if history is not None and check.target is not None else None
+    env = {**fp.env, **check.env}
+    if history is None or t is None or check.target is None:  # no release to pin: the settings alone
+        packages = dict(fp.packages)
+        assumed = []
+        if check.target is not None and packages.get(check.engine) != check.target:
+            packages[check.engine] = check.target
+            assumed.append(f"{check.engine} {check.target}")
+        return replace(fp, packages=packages, env=env, params={**fp.params, **check.settings}), tuple(assumed)
     packages = dict(fp.packages)
     found = descriptor(check.engine)
     name = found.distribution if found is not None else check.engine
@@ -309,13 +388,19 @@ def target_fingerprint(fp: Fingerprint, check: CommandCheck) -> tuple[Fingerprin
                     assumed.append(f"{key} {pinned} (pinned by {name} {check.target})")
                 packages[key] = pinned
     installs = {k: v for k, v in fp.installs.items() if k != check.engine}
-    return replace(fp, packages=packages, installs=installs, params={**fp.params, **check.settings}), tuple(assumed)
+    return (replace(fp, packages=packages, installs=installs, env=env, params={**fp.params, **check.settings}),
+            tuple(assumed))
 
 
 def format_command_check(check: CommandCheck) -> str:
-    moving = check.current is not None and check.current != check.target
-    head = f"{check.engine} {check.current} -> {check.target}" if moving else f"{check.engine} {check.target}"
-    lines = [f"{head}: " + ("this command line breaks" if check.broken else "every flag and value is accepted")]
+    moving = check.current is not None and check.target is not None and check.current != check.target
+    head = f"{check.engine} {check.current} -> {check.target}" if moving else f"{check.engine} {check.target or ''}"
+    if check.unchecked is not None:
+        lines = [f"{head.rstrip()}: {check.unchecked}"]
+        if check.settings:
+            lines.append("  settings: " + ", ".join(f"{k}={v}" for k, v in check.settings.items()))
+    else:
+        lines = [f"{head}: " + ("this command line breaks" if check.broken else "every flag and value is accepted")]
     for fc in check.flags:
         shown = fc.given.written + (f" {fc.given.value}" if fc.given.value is not None else "")
         state = "; ".join(fc.problems) if fc.problems else "ok"
