@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help='your own command line, e.g. "vllm serve MODEL --kv-cache-dtype fp8": each flag and value '
                             "checked against the engine's release history, then the known problems with its settings; "
                             "exit 1 when a flag or value would be refused")
+    check.add_argument("--collect-env", metavar="FILE",
+                       help="a pasted environment instead of this machine: vLLM's collect_env, SGLang's "
+                            "`python3 -m sglang.check_env` or nvidia-smi output, as an issue shows it (- for stdin); "
+                            "what it cannot read it says")
     check.add_argument("--to", metavar="ENGINE==VERSION",
                        help="with --args: check against this release (an upgrade check) instead of the installed one")
     check.set_defaults(func=cmd_check)
@@ -212,7 +216,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.to and not args.args:
         raise InputError("--to", None, "needs --args: the command line to check against that release")
     kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
-    fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
+    if args.collect_env and args.env:
+        raise InputError("--collect-env", None, "give a fingerprint file (--env) or a pasted environment, not both")
+    if args.collect_env:
+        fleet = {"": _pasted_fingerprint(args.collect_env, quiet=args.json or args.quiet)}
+    else:
+        fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
     if args.args:
         return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
@@ -230,6 +239,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         fp, found = results[0]
         print(_with_predictions(check.format_findings(fp, found, severity=args.severity), fp))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
+
+
+def _pasted_fingerprint(path: str, quiet: bool) -> Fingerprint:
+    """``check --collect-env FILE|-``: the paste read into a fingerprint (machine.pasted), with what was read and
+    what was not on stderr (the findings stay the only thing on stdout)."""
+    from .common.inputs import read_text
+    from .machine.fingerprint import from_dict
+    from .machine.pasted import MAX_TEXT_BYTES, read_pasted
+
+    if path == "-":
+        source = "<stdin>"
+        text = sys.stdin.read(MAX_TEXT_BYTES + 1)
+    else:
+        source = path
+        text = read_text(path, limit=MAX_TEXT_BYTES)
+    pasted = read_pasted(text, source)
+    fp = from_dict(pasted.data, source, None, default_name="pasted")
+    if not quiet:
+        print(f"{source}: read as {', '.join(pasted.formats)}: {len(pasted.read)} facts read, "
+              f"{len(pasted.unread)} not", file=sys.stderr)
+        for line in pasted.unread:
+            print(f"{source}: not read: {line}", file=sys.stderr)
+    return fp
 
 
 def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fingerprint]) -> int:
