@@ -280,8 +280,48 @@ def _run_diff(args: argparse.Namespace) -> int:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
+    if args.log is not None:
+        if args.report is not None or args.write:
+            return _error("explain", "--log explains a log, not a report: give one of them")
+        return cmd_explain_log(args.log, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json,
+                               env=args.env, engine=args.engine)
+    if args.report is None:
+        return _error("explain", "give a report, or --log FILE (- for stdin) for a raw engine log")
     return cmd_explain(args.report, args.kb or [], builtin=not args.no_builtin_rules, as_json=args.json,
                        write=args.write)
+
+
+def cmd_explain_log(path: str, kb: Sequence[str | os.PathLike[str]] = (), builtin: bool = True,
+                    as_json: bool = False, env: str | None = None, engine: str | None = None) -> int:
+    """``explain --log FILE``: the known issue a raw engine log is (kb.diagnose). Exit 0 when a rule names it, 1
+    when none does, 2 on bad input."""
+    from ..common import jsontext
+    from ..common.errors import InputError
+    from ..kb import load_kb
+    from ..kb.diagnose import diagnose, format_diagnosis, read_log_tail
+    from ..machine import fingerprint
+
+    try:
+        log, size = read_log_tail(path, sys.stdin.buffer if path == "-" else None)
+        knowledge = load_kb(kb, builtin=builtin)
+        fp = None
+        if env:
+            fleet = fingerprint.load(env)
+            if len(fleet) != 1:
+                raise InputError(env, None, "--log is one machine's: give a fingerprint file of one runner")
+            fp = next(iter(fleet.values()))
+    except InputError as exc:
+        return _error("explain", str(exc))
+    found = diagnose(knowledge.rules, log, fp, engine)
+    source = "<stdin>" if path == "-" else path
+    if as_json:
+        sys.stdout.write(jsontext.dumps({"log": source, "bytes": size, "known": bool(found),
+                                         "rules": [{"id": r.id, "severity": r.severity, "confidence": r.confidence,
+                                                    "engine": r.engine, "summary": r.summary,
+                                                    "workaround": r.workaround} for r in found]}, indent=2) + "\n")
+    else:
+        sys.stdout.write(format_diagnosis(source, size, found) + "\n")
+    return EXIT_OK if found else EXIT_UNEXPLAINED
 
 
 def _run_golden(args: argparse.Namespace) -> int:
@@ -338,8 +378,13 @@ def add_report_subparsers(subparsers: argparse._SubParsersAction) -> None:  # ty
         "confidence verified, citing REPORT) to check and commit. Exit 0 when every failure is explained, 1 when "
         "some are not, 2 on bad input.",
     )
-    p.add_argument("report", help=REPORT_HELP)
+    p.add_argument("report", nargs="?", help=REPORT_HELP)
     add_options(p.add_argument, "", CLI["explain"], cli=True)
+    p.add_argument("--log", metavar="FILE", help="explain a raw engine log or traceback instead of a report (- for "
+                   "stdin): the known issue, its rule and workaround, or 'not known'; only its end is read")
+    p.add_argument("--env", metavar="FINGERPRINT", help="with --log: the machine the log came from (a fingerprint "
+                   "file), so rules its facts contradict are left out")
+    p.add_argument("--engine", help="with --log: the engine that wrote it")
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.add_argument("--write", action="store_true",
                    help="record in REPORT each failed cell's explained_by as the knowledge base judges it now, so "
