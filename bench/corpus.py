@@ -21,6 +21,7 @@ The table goes to stderr; ``--json`` prints one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -64,7 +65,7 @@ def stated_fingerprint(entry: dict[str, Any]) -> tuple[Fingerprint, str | None]:
     params: dict[str, Any] = {"engine": engine}
     if stated.get("model"):
         params["model"] = stated["model"]
-    fp = Fingerprint(**{**fp.__dict__, "params": {**fp.params, **params}})
+    fp = dataclasses.replace(fp, params={**fp.params, **params})
     command = stated.get("command")
     if not command:
         return fp, None
@@ -117,8 +118,9 @@ def _rate(hit: int, total: int) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--split", choices=("tune", "held-out", "all"), default="all",
-                        help="list the reports of this part (the summary always gives every part)")
+    parser.add_argument("--split", choices=("tune", "held-out", "all"), default="tune",
+                        help="list the reports of this part (the summary always gives every part); the held-out "
+                             "part's are listed only when asked for, so that rules are written without them")
     args = parser.parse_args(argv)
     kb = load_kb()
     results = [judge(e, kb) for e in load_corpus()]
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"diagnosed: {','.join(r['diagnoses']) or '-'}", file=sys.stderr)
     for split, s in summary.items():
         print(f"{split}: {s['positives']} positives ({s['labelled']} labelled), {s['controls']} controls; "
+              f"prediction recall {s['prediction_recall']}, diagnosis recall {s['diagnosis_recall']}; "
               f"any broken/degraded predicted {s['any_predicted']}, diagnosed {s['any_diagnosed']}; "
               f"false alarms {s['false_alarms']}", file=sys.stderr)
     if args.json:

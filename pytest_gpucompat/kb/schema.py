@@ -27,10 +27,11 @@ ACTIONS = ("skip", "xfail-strict", "xfail", "annotate")
 SOURCE_KINDS = ("seed", "code", "doc", "issue", "report")
 INTERCONNECTS = ("pcie", "nvlink")
 INSTALL_STATES = ("complete", "incomplete")
-MODEL_SHAPE = ("architecture", "head_size", "num_attention_heads", "num_key_value_heads")
+MODEL_SHAPE = ("architecture", "head_size", "num_attention_heads", "num_key_value_heads", "torch_dtype", "quant_method",
+               "quant_bits", "sliding_window", "mla")
 """The facts of a cell's model a rule may test (`when.model_shape`): read from the checkpoint's config.json by the
-plugin (models.model_shape), or given in a fingerprint's `params` for `gpucompat check`. Judged as parameters of the
-cell under these names."""
+plugin (checkpoint.model_shape), given by `gpucompat check --model`, or in a fingerprint's `params`. Judged as
+parameters of the cell under these names; a fact the config does not give is unknown and matches no condition."""
 WEIGHTS_PARAM = "model_weights_mib"
 """The model's weights in MiB for the cell's dtype: measured from the checkpoint by the plugin, or given in a
 fingerprint's ``params`` for ``gpucompat check``; what ``needs.gpu_memory_mib`` divides over the GPUs."""

@@ -215,6 +215,15 @@ def _torch(version: str, where: str, facts: _Facts) -> None:
         facts.unread.append(f"torch {version} is a ROCm build: no CUDA runtime")
 
 
+def _driver(value: str, label: str, facts: _Facts) -> None:
+    """A driver-version line (collect_env's and check_env's label for it): its version, or said unread."""
+    version = _version(value)
+    if version:
+        facts.driver.append((version, label))
+    else:
+        facts.unread.append(f"{label}: '{value}'")
+
+
 # --------------------------------------------------------------------------- vLLM's (PyTorch's) collect_env
 
 
@@ -253,11 +262,7 @@ def _collect_env(lines: list[_Line], facts: _Facts) -> None:
         elif key == "cuda runtime version" and _version(value):
             facts.unread.append(f"CUDA runtime version {_first(value)} is the toolkit's, not torch's build: not used")
         elif key == "nvidia driver version":
-            version = _version(value)
-            if version:
-                facts.driver.append((version, "Nvidia driver version"))
-            else:
-                facts.unread.append(f"Nvidia driver version: '{value}'")
+            _driver(value, "Nvidia driver version", facts)
         elif key == "is cuda available" and value.lower() == "false":
             facts.unread.append("collect_env says CUDA is not available to torch")
         elif key == "python version" and _version(value):
@@ -353,11 +358,7 @@ def _check_env_region(region: list[_Line], facts: _Facts) -> None:
         elif key == "python" and _version(value):
             facts.python.append((_first(value), "Python"))
         elif key == "cuda driver version":
-            version = _version(value)
-            if version:
-                facts.driver.append((version, "CUDA Driver Version"))
-            else:
-                facts.unread.append(f"CUDA Driver Version: '{value}'")
+            _driver(value, "CUDA Driver Version", facts)
         elif key == "pytorch":
             version = _version(value)
             if version:
