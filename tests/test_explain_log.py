@@ -39,8 +39,12 @@ def test_a_huge_log_is_read_from_its_end_only(tmp_path: Path, capsys: pytest.Cap
         handle.truncate(100 * 1024 * 1024 - len(BF16))
         handle.seek(0, 2)
         handle.write(BF16.encode())
-    assert main(["explain", "--log", str(log)]) == 2  # the sparse file's zero bytes before the text: not a log
-    assert "NUL bytes" in capsys.readouterr().err
+    assert main(["explain", "--log", str(log)]) == 0  # zeros before the text (a copytruncate hole): read past
+    assert "[vllm-bf16-requires-sm80]" in capsys.readouterr().out
+    binary = tmp_path / "libcuda.so"
+    binary.write_bytes(bytes(range(256)) * 64)
+    assert main(["explain", "--log", str(binary)]) == 2
+    assert "binary, not text" in capsys.readouterr().err
     text = tmp_path / "text.log"
     text.write_bytes(b"x" * (3 * TAIL_BYTES) + b"\n" + BF16.encode())
     assert main(["explain", "--log", str(text)]) == 0
@@ -63,4 +67,4 @@ def test_a_binary_log_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Capt
     log = tmp_path / "core"
     log.write_bytes(b"\x7fELF\0\0\0" * 100)
     assert main(["explain", "--log", str(log)]) == 2
-    assert "NUL bytes" in capsys.readouterr().err
+    assert "binary, not text" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from .schema import Rule
 from .signatures import MAX_TEXT_CHARS, Failure, explaining_rules
 
 TAIL_BYTES = 4 * MAX_TEXT_CHARS  # UTF-8 of the characters failure_lines searches, with room for wide ones
+_TEXT_CONTROLS = frozenset("\t\n\r\f\b\x1b")  # what a terminal log holds besides text (ANSI colours, progress bars)
 
 
 def read_log_tail(path: str, stdin: BinaryIO | None = None) -> tuple[str, int]:
@@ -46,10 +47,14 @@ def read_log_tail(path: str, stdin: BinaryIO | None = None) -> tuple[str, int]:
         raise InputError(path, None, str(exc)) from None
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    if b"\0" in tail:
-        raise InputError("<stdin>" if path == "-" else path, None, "not a text log (NUL bytes in its last "
-                         f"{len(tail):,} bytes)")
-    return tail.decode("utf-8", errors="replace"), size
+    # NUL runs are a log's hole, not its end: a file truncated under a writer that does not append (logrotate's
+    # copytruncate) reads as zeros up to the writer's offset. What is left must read as text, or it is no log.
+    text = tail.replace(b"\0", b"").decode("utf-8", errors="replace")
+    if not text.strip() or sum(1 for c in text if c == "\ufffd" or (c < " " and c not in _TEXT_CONTROLS)
+                               or c == "\x7f") > len(text) // 100:
+        raise InputError("<stdin>" if path == "-" else path, None, "not a text log (its last "
+                         f"{len(tail):,} bytes are binary, not text)")
+    return text, size
 
 
 def diagnose(rules: Sequence[Rule], log: str, fingerprint: Fingerprint | None = None,
