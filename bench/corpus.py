@@ -38,6 +38,7 @@ from pytest_gpucompat.kb.cmdline import check_command, target_fingerprint  # noq
 from pytest_gpucompat.kb.launch import words_of  # noqa: E402
 from pytest_gpucompat.kb.signatures import Failure, explaining_rules  # noqa: E402
 from pytest_gpucompat.machine.fingerprint import Fingerprint, from_dict  # noqa: E402
+from pytest_gpucompat.workload.checkpoint import as_params, model_shape  # noqa: E402
 
 CORPUS = ROOT / "bench" / "corpus"
 SEVERE = ("broken", "degraded")
@@ -65,6 +66,8 @@ def stated_fingerprint(entry: dict[str, Any]) -> tuple[Fingerprint, str | None]:
     params: dict[str, Any] = {"engine": engine}
     if stated.get("model"):
         params["model"] = stated["model"]
+    if isinstance(stated.get("model_config"), dict):  # what `check --model` reads from a pasted config.json
+        params.update(as_params(model_shape(stated["model_config"])))
     fp = dataclasses.replace(fp, params={**fp.params, **params})
     command = stated.get("command")
     if not command:

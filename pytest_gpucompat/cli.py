@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a pasted environment instead of this machine: vLLM's collect_env, SGLang's "
                             "`python3 -m sglang.check_env` or nvidia-smi output, as an issue shows it (- for stdin); "
                             "what it cannot read it says")
+    check.add_argument("--model", metavar="DIR_OR_CONFIG_JSON",
+                       help="your model's directory or its config.json (no weights needed): its architecture, heads, "
+                            "head size, dtype and quantization judged by the rules that name them")
     check.add_argument("--to", metavar="ENGINE==VERSION",
                        help="with --args: check against this release (an upgrade check) instead of the installed one")
     check.set_defaults(func=cmd_check)
@@ -222,6 +225,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         fleet = {"": _pasted_fingerprint(args.collect_env, quiet=args.json or args.quiet)}
     else:
         fleet = fingerprint.load(args.env) if args.env else {"": fingerprint.collect()}
+    if args.model:
+        fleet = {name: _with_model(fp, args.model, quiet=args.json or args.quiet) for name, fp in fleet.items()}
     if args.args:
         return _check_command_line(args, kb, fleet)
     results = [(fp, evaluate_machine(kb, fp)) for fp in fleet.values()]
@@ -239,6 +244,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         fp, found = results[0]
         print(_with_predictions(check.format_findings(fp, found, severity=args.severity), fp))
     return 1 if any(check.exceeds(found, args.fail_on) for _, found in results) else 0
+
+
+def _with_model(fp: Fingerprint, path: str, quiet: bool) -> Fingerprint:
+    """``check --model``: the model's facts (workload.checkpoint.model_facts) as the fingerprint's parameters, and
+    its quantization as the ``quantization`` setting the command line does not set (the engines take it from the
+    checkpoint's ``quant_method`` when none is asked for); what was read on stderr."""
+    from .workload.checkpoint import as_params, model_facts
+
+    facts = model_facts(path)
+    if not quiet:
+        print(f"{path}: read {', '.join(f'{k}={v}' for k, v in facts.items()) or 'no fact rules test'}",
+              file=sys.stderr)
+        if "architecture" not in facts:
+            print(f"{path}: names no architecture: rules about one cannot judge it", file=sys.stderr)
+    return replace(fp, params={**fp.params, **as_params(facts)})
 
 
 def _pasted_fingerprint(path: str, quiet: bool) -> Fingerprint:
@@ -280,6 +300,9 @@ def _check_command_line(args: argparse.Namespace, kb: Any, fleet: dict[str, Fing
     if engine is None:
         raise InputError("--args", None, "cannot tell which engine this command starts: name it in --to ENGINE==X")
     checked = check_command(argv, engine, fp.packages.get(engine), version)
+    named = checked.settings.get("model")
+    if not args.model and isinstance(named, str) and os.path.isfile(os.path.join(named, "config.json")):
+        fp = _with_model(fp, named, quiet=args.json or args.quiet)  # a local model the command serves: its config
     target, assumed = target_fingerprint(fp, checked)
     checked = replace(checked, assumed=assumed)
     found = evaluate_machine(kb, target)

@@ -27,6 +27,8 @@ def describe_when(rule: Rule) -> str:
         parts.append("model " + " or ".join(w.model))
     if w.needs_gpus:
         parts.append(f"more GPUs needed ({' × '.join(w.needs_gpus)}) than visible")
+    for dividend, divisor in w.needs_divisible:
+        parts.append(f"{dividend} not divisible by {divisor}")
     if w.needs_memory:
         parts.append(f"the weights per GPU (split by {' × '.join(w.needs_memory)}) larger than the smallest GPU")
     return " and ".join(parts)

@@ -200,7 +200,8 @@ class _KbIndex:
         for bit, w in self.needs_rules:
             self.needs_mask |= bit
             needs_names.update(dict.fromkeys((*w.needs_gpus, *w.needs_memory, *((WEIGHTS_PARAM,) if w.needs_memory
-                                                                                  else ()))))
+                                                                                  else ()),
+                                              *(name for pair in w.needs_divisible for name in pair))))
         self.needs_names = tuple(needs_names)  # the parameters every needs verdict depends on
         # (the needs parameters a cell has, their values' keys) -> a small id; needs_machine(facts) -> needs id ->
         # the rules whose needs fail

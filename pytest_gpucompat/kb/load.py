@@ -47,10 +47,11 @@ from .signatures import compile_signature, remember_safe_patterns
 _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
               "flags", "confidence", "claims", "note", "sources", "bounds"}
 _REQUIRED = ("id", "summary", "severity", "failure", "confidence", "sources")
-_WHEN_KEYS = {f.name for f in fields(Conditions)} - {"needs_gpus", "needs_memory"} | {"needs", "model_shape"}
-"""A rule's ``when`` keys: the fields of ``Conditions``, but ``needs`` for the two needs fields and ``model_shape``,
+_WHEN_KEYS = ({f.name for f in fields(Conditions)} - {"needs_gpus", "needs_memory", "needs_divisible"}
+              | {"needs", "model_shape"})
+"""A rule's ``when`` keys: the fields of ``Conditions``, but ``needs`` for the three needs fields and ``model_shape``,
 read into ``params``."""
-_NEEDS_KEYS = {"gpus", "gpu_memory_mib"}
+_NEEDS_KEYS = {"gpus", "gpu_memory_mib", "divisible"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _CLAIM = re.compile(r"^S\d{2,3}$")
 _OPERATOR_START = ("<", ">", "=", "!", "~")
@@ -345,6 +346,11 @@ def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditio
     needs_memory = _str_list(needs.get("gpu_memory_mib"), fail, "when.needs.gpu_memory_mib")
     if "gpu_memory_mib" in needs and not needs_memory:
         raise fail("when.needs.gpu_memory_mib", "must name the parameters whose product splits the weights")
+    divisible = needs.get("divisible") or {}
+    if not isinstance(divisible, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                     for k, v in divisible.items()):
+        raise fail("when.needs.divisible", "must map a parameter to the one it must be divisible by, e.g. "
+                                           "{num_attention_heads: tensor_parallel_size}")
     params = raw.get("params") or {}
     if not isinstance(params, Mapping):
         raise fail("when.params", "must map parameter names to values")
@@ -366,6 +372,7 @@ def parse_conditions(raw: Any, fail: Any, engine: str | None = None) -> Conditio
         model=tuple(m.lower() for m in _str_list(raw.get("model"), fail, "when.model")),
         needs_gpus=tuple(needs_gpus),
         needs_memory=tuple(needs_memory),
+        needs_divisible=tuple(divisible.items()),
         install=(engine, str(install)) if install is not None and engine is not None else None,
     )
 

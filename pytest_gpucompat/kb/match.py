@@ -358,7 +358,7 @@ def _no_key(fp: Fingerprint) -> Any:
 
 PACKAGE_FIELDS = ("packages",)  # judged by package_holds, per package
 PARAM_FIELDS = ("params", "model")  # judged by param_holds, per parameter name
-NEEDS_FIELDS = ("needs_gpus", "needs_memory")  # judged by needs_hold
+NEEDS_FIELDS = ("needs_gpus", "needs_memory", "needs_divisible")  # judged by needs_hold
 
 
 def package_holds(w: Conditions, package: str, version: Version | None) -> bool:
@@ -436,6 +436,17 @@ def engine_installed(wanted: str, packages: Mapping[str, Version]) -> bool:
     return wanted in packages
 
 
+def _whole(value: Any) -> int | None:
+    """A parameter's value as a positive whole number (``28``, ``"28"``), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        return None
+    return number if number > 0 else None
+
+
 def gpus_needed(names: Sequence[str], params: Mapping[str, Any]) -> int | None:
     """The product of the named parameters (absent or null = 1); None when one is not a positive whole number."""
     total = 1
@@ -443,13 +454,8 @@ def gpus_needed(names: Sequence[str], params: Mapping[str, Any]) -> int | None:
         value = params.get(name)
         if value is None:
             continue
-        if isinstance(value, bool):
-            return None
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            return None
-        if number < 1:
+        number = _whole(value)
+        if number is None:
             return None
         total *= number
     return total
@@ -470,6 +476,18 @@ def _smallest_gpu_mib(facts: Facts) -> float | None:
     return min(sizes) if sizes else None
 
 
+def indivisible(w: Conditions, params: Mapping[str, Any]) -> tuple[tuple[str, int, str, int], ...] | None:
+    """``needs.divisible``: the pairs whose dividend the divisor does not divide, or None when a pair is divisible
+    or has a value that is not known (the need then does not hold: nothing is judged on an unknown)."""
+    out = []
+    for dividend, divisor in w.needs_divisible:
+        a, b = _whole(params.get(dividend)), _whole(params.get(divisor))
+        if a is None or b is None or a % b == 0:
+            return None
+        out.append((dividend, a, divisor, b))
+    return tuple(out)
+
+
 def needs_machine(facts: Facts) -> tuple[int, float | None]:
     """All that ``needs`` look at on the machine: how many GPUs are visible and the smallest one's MiB. ``kb.index``
     shares needs verdicts between fingerprints that agree on these."""
@@ -480,7 +498,7 @@ def needs_hold(w: Conditions, facts: Facts, params: Mapping[str, Any]) -> bool:
     """``needs``: holds (a problem) when the cell needs more than this runner has; a need that cannot be told (no
     weights measured, a GPU of unknown size) is not judged. Compares the cell with the machine, so ``kb.index``
     applies it after the masks."""
-    if not (w.needs_gpus or w.needs_memory):
+    if not has_needs(w):
         return True
     return needs_hold_on(w, needs_machine(facts), params)
 
@@ -491,6 +509,8 @@ def needs_hold_on(w: Conditions, machine: tuple[int, float | None], params: Mapp
     without NVML), so a GPU need is not judged there: "0 visible" would blame every such report on its GPU count,
     and a machine that truly has none cannot run the cell at all, which is a skip of its own, not this finding."""
     gpu_count, smallest_mib = machine
+    if w.needs_divisible and indivisible(w, params) is None:
+        return False
     if w.needs_gpus:
         need = gpus_needed(w.needs_gpus, params)
         if need is None or not gpu_count or need <= gpu_count:
@@ -503,7 +523,7 @@ def needs_hold_on(w: Conditions, machine: tuple[int, float | None], params: Mapp
 
 
 def has_needs(w: Conditions) -> bool:
-    return bool(w.needs_gpus or w.needs_memory)
+    return bool(w.needs_gpus or w.needs_memory or w.needs_divisible)
 
 
 def rule_matches(rule: Rule, facts: Facts, engine: str | None, params: Mapping[str, Any]) -> bool:
@@ -551,6 +571,10 @@ def contradiction(rule: Rule, facts: Facts, engine: str | None, params: Mapping[
         need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
         if need_mib is not None and have is not None and need_mib <= have:
             return "when.needs.gpu_memory_mib"
+    for dividend, divisor in w.needs_divisible:
+        a, b = _whole(params.get(dividend)), _whole(params.get(divisor))
+        if a is not None and b is not None and a % b == 0:
+            return "when.needs.divisible"
     return None
 
 
@@ -574,6 +598,8 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
         if need_mib is not None:
             parts.append(f"needs {need_mib:,.0f} MiB of weights per GPU" + (f" (split by {' × '.join(split)})"
                          if split else "") + (f", the smallest GPU has {min(have):,} MiB" if have else ""))
+    for dividend, a, divisor, b in indivisible(w, params) or ():
+        parts.append(f"{dividend}={a} is not divisible by {divisor}={b}")
     has: list[str] = []
     if w.gpu_count is not None and not w.needs_gpus:
         has.append(f"{len(fp.gpus)} GPU{'' if len(fp.gpus) == 1 else 's'} visible")

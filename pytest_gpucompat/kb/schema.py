@@ -75,6 +75,9 @@ class Conditions:
     needs_gpus: tuple[str, ...] = ()
     # the model's weights split over the product of these parameters must fit the smallest visible GPU
     needs_memory: tuple[str, ...] = ()
+    # (dividend, divisor): the cell needs the first parameter divisible by the second (attention heads by the tensor
+    # parallel size): holds when both are whole numbers and it is not; not judged while either is unknown
+    needs_divisible: tuple[tuple[str, str], ...] = ()
     params: tuple[tuple[str, ParamCondition], ...] = ()
     model: tuple[str, ...] = ()
     # (variable, values, negated; None = not set): the runner's environment (the fingerprint's ``env``) has one of

@@ -244,17 +244,60 @@ def computation_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def model_shape(config: Mapping[str, Any]) -> dict[str, Any]:
     """The facts of a model that rules may test (`when.model_shape`, kb.schema.MODEL_SHAPE): its architecture, head
-    size and attention / KV head counts; those the config does not give are left out. Attention kernels are chosen
-    by exactly these, so a verdict seen on one shape is evidence for that shape."""
+    size, attention / KV head counts, sliding window, MLA, checkpoint dtype and quantization; those the config does
+    not give are left out (unknown, never a match). Attention kernels and quantization kernels are chosen by exactly
+    these, so a verdict seen on one shape is evidence for that shape."""
     computed = computation_config(config)
     arches = computed.get("architectures")
-    facts = {
+    nested = config.get("text_config")
+    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else config
+    facts: dict[str, Any] = {
         "architecture": arches[0] if isinstance(arches, list) and arches and isinstance(arches[0], str) else None,
         "head_size": computed.get("head_dim"),
         "num_attention_heads": computed.get("num_attention_heads"),
         "num_key_value_heads": computed.get("num_key_value_heads"),
+        "sliding_window": computed.get("sliding_window"),
     }
-    return {k: v for k, v in facts.items() if v is not None and not isinstance(v, bool)}
+    facts = {k: v for k, v in facts.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
+    dtype = config.get("torch_dtype", config.get("dtype", text.get("torch_dtype", text.get("dtype"))))
+    if isinstance(dtype, str) and dtype:
+        facts["torch_dtype"] = dtype.removeprefix("torch.")
+    if "kv_lora_rank" in text or "num_attention_heads" in text:  # a config that states its attention says MLA or not
+        facts["mla"] = isinstance(text.get("kv_lora_rank"), int) and text.get("kv_lora_rank", 0) > 0
+        nope, rope = text.get("qk_nope_head_dim"), text.get("qk_rope_head_dim")
+        if facts["mla"] and isinstance(nope, int) and isinstance(rope, int):
+            facts["head_size"] = nope + rope  # an MLA query/key head, not hidden_size / heads
+    return {**facts, **quantization_facts(config)}
+
+
+def quantization_facts(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``quant_method`` and ``quant_bits`` of a checkpoint's ``quantization_config`` (the engines pick their
+    quantization from ``quant_method`` when none is asked for); {} for a checkpoint that states none, which is an
+    unquantized one: ``quant_method: none``. The bits are the weights': ``bits`` or ``w_bit`` (GPTQ, AWQ),
+    ``load_in_4bit``/``load_in_8bit`` (bitsandbytes), the weights' ``num_bits`` of compressed-tensors' first group."""
+    quant = config.get("quantization_config")
+    if quant is None:
+        nested = config.get("text_config")
+        quant = nested.get("quantization_config") if isinstance(nested, Mapping) else None
+    if quant is None:
+        return {"quant_method": "none"}
+    if not isinstance(quant, Mapping):
+        return {}
+    facts: dict[str, Any] = {}
+    method = quant.get("quant_method")
+    if isinstance(method, str) and method:
+        facts["quant_method"] = method.lower()
+    bits = quant.get("bits", quant.get("w_bit"))
+    if bits is None and (quant.get("load_in_4bit") or quant.get("load_in_8bit")):
+        bits = 4 if quant.get("load_in_4bit") else 8
+    groups = quant.get("config_groups")
+    if bits is None and isinstance(groups, Mapping) and groups:
+        first = next(iter(groups.values()))
+        weights = first.get("weights") if isinstance(first, Mapping) else None
+        bits = weights.get("num_bits") if isinstance(weights, Mapping) else None
+    if isinstance(bits, int) and not isinstance(bits, bool):
+        facts["quant_bits"] = bits
+    return facts
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:
@@ -336,3 +379,42 @@ def model_identity(model_dir: str | os.PathLike[str], cache: Path | None = None)
 def digest_of(values: Iterable[Any]) -> str:
     """sha256 of a value's canonical JSON (prompt ids, a prompt set)."""
     return _sha256(json.dumps(list(values), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+# --------------------------------------------------------------------------- a user's model, by its config.json
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""A config.json is a few KiB (a multimodal one tens); a larger file is no model's config."""
+
+
+def model_facts(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``gpucompat check --model DIR_OR_CONFIG_JSON``: the facts rules may test (``model_shape``) of a model
+    directory's config.json, or of that file given itself: no weights needed. A missing, oversized, non-JSON or
+    non-mapping file is an ``InputError`` naming it."""
+    from ..common.errors import InputError
+
+    given = Path(path)
+    target = given / "config.json" if given.is_dir() else given
+    source = os.fspath(target)
+    try:
+        data = read_json(target, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        raise InputError(source, None, "no such file (a model directory with config.json, or the file)") from None
+    except OSError as exc:
+        raise InputError(source, None, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(source, None, str(exc).removeprefix(f"{source}: ")) from None
+    if not isinstance(data, dict):
+        raise InputError(source, None, "must be a JSON object (a model's config.json)")
+    try:
+        return model_shape(data)
+    except (TypeError, ValueError, ArithmeticError) as exc:  # a config whose fields have other types than a model's
+        raise InputError(source, None, f"not a model's config: {exc}") from None
+
+
+def as_params(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's facts as a fingerprint's parameters: the facts themselves, and a checkpoint's ``quant_method`` as
+    the ``quantization`` setting too (the engines take their quantization from it when none is asked for; a
+    command line's own ``--quantization`` is applied after and wins)."""
+    method = facts.get("quant_method")
+    return {**facts, "quantization": method} if isinstance(method, str) and method != "none" else dict(facts)
