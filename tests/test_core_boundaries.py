@@ -325,7 +325,8 @@ TP_PP = ["tensor_parallel_size", "pipeline_parallel_size"]
      "this runner: driver 550.54.15; CUDA driver unknown; CUDA runtime unknown; interconnect unknown"),
     ({"driver": "<580", "cuda_driver": ">=12", "cuda_runtime": "12.8", "interconnect": "pcie"},
      Fingerprint(cuda_driver="12.4", cuda_runtime="12.8", interconnect="nvlink"), {},
-     "this runner: driver unknown; CUDA driver 12.4; CUDA runtime 12.8; interconnect nvlink"),
+     "this runner: a driver for CUDA 12.4 (550.54.14 to below 555.42.02); CUDA driver 12.4; CUDA runtime 12.8; "
+     "interconnect nvlink"),
     ({"packages": {"vllm": ">=0.20", "flashinfer_python": "absent"}},
      Fingerprint(packages={"vllm": "0.26.0", "TensorRT_LLM": "1.0"}), {},
      "this runner: vllm 0.26.0; flashinfer-python not installed"),

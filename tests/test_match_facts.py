@@ -307,7 +307,7 @@ def _keyed_alike(key: object, fact: object, fps: list[Fingerprint]) -> None:
         assert first[1] == f, (k, first[0], fp)
 
 
-@pytest.mark.parametrize("name", [*MACHINE_VERSIONS, "interconnect"])
+@pytest.mark.parametrize("name", [*(n for n in MACHINE_VERSIONS if n != "driver"), "interconnect"])
 def test_a_text_field_is_its_own_key_only_as_a_text(name: str) -> None:
     """A version field (or the interconnect) is the key of its fact as the text or None it is written as; a value
     of another type (``1`` and ``True``, ``0.0`` and ``-0.0``, a str subclass) has no key, and keys shared are
@@ -323,9 +323,23 @@ def test_a_text_field_is_its_own_key_only_as_a_text(name: str) -> None:
         _keyed_alike(key, lambda fp: repr(facts_of(fp).versions[name]), _POOL)
 
 
+def test_the_driver_is_keyed_by_itself_or_without_one_by_its_cuda_version() -> None:
+    """The driver's fact is its version, or without one the drivers its stated CUDA version allows: the key is the
+    driver as written, or the CUDA version as written when no driver is; texts only."""
+    key = field_key("driver")
+    assert key(Fingerprint(driver="550.54.15", cuda_driver="12.4")) == ("550.54.15", None)
+    assert key(Fingerprint(cuda_driver="12.4")) == (None, "12.4")
+    assert key(Fingerprint()) == (None, None)
+    for odd in (535, 1, True, 0.0, _Text("12.4")):
+        assert key(Fingerprint(driver=odd)) is NO_KEY and key(Fingerprint(cuda_driver=odd)) is NO_KEY, odd
+    pool = [*_POOL, *(Fingerprint(driver=d, cuda_driver=c) for d in (None, "535.54.03", "535.54.3")
+                      for c in (None, "11.8", "12.2", "12.2.0", "13.0"))]
+    _keyed_alike(key, lambda fp: repr(facts_of(fp).versions["driver"] or facts_of(fp).driver_range), pool)
+
+
 def test_a_machine_condition_without_a_field_key_has_none() -> None:
     assert field_key("not a condition")(Fingerprint(driver="550.54.15")) is NO_KEY
-    assert field_key("driver")(Fingerprint(driver="550.54.15")) == "550.54.15"
+    assert field_key("driver")(Fingerprint(driver="550.54.15")) == ("550.54.15", None)
 
 
 def test_gpus_are_their_own_key_as_written_each_once() -> None:

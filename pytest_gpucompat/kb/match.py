@@ -19,6 +19,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..catalog.cuda_drivers import driver_range, spelled
 from ..common.versions import matches, norm_value, normalize_package, parse_specifier, parse_version
 from ..machine.fingerprint import Fingerprint
 from .describe import GPU_SPECIFIERS, condition_label
@@ -39,6 +40,8 @@ class Facts:
     # for its engines): a package it does not list is known to be absent; in a hand-written file it is not known
     packages_listed: bool = False
     env: Mapping[str, str] = field(default_factory=dict)  # the runner's engine variables (fingerprint ``env``)
+    # without a driver version, the drivers the stated CUDA driver version allows (catalog.cuda_drivers)
+    driver_range: tuple[Version, Version | None] | None = None
 
     @classmethod
     def of(cls, fp: Fingerprint) -> Facts:
@@ -64,7 +67,15 @@ def facts_of(fp: Fingerprint) -> Facts:
         installs=_installs(fp),
         packages_listed=bool(getattr(fp, "installs", None)),
         env=dict(getattr(fp, "env", None) or {}),
+        driver_range=_driver_range(fp),
     )
+
+
+def _driver_range(fp: Fingerprint) -> tuple[Version, Version | None] | None:
+    if fp.driver is not None:
+        return None
+    cuda = _ver(fp.cuda_driver)
+    return driver_range(cuda) if cuda is not None else None
 
 
 _facts = lru_cache(maxsize=1024)(facts_of)  # as many as kb.index remembers fingerprints
@@ -263,8 +274,46 @@ def version_condition(name: str, fact: Callable[[Facts], Any] | None = None,
     return MachineCondition(name, (name,), lambda w: condition(w) is not None, fact or version, vkey, holds, known)
 
 
+def spec_holds_on_range(spec: SpecifierSet, lower: Version, upper: Version | None) -> bool:
+    """Whether ``spec`` holds for every version of [lower, upper) (upper None: no end): each clause a bound
+    (``<``, ``<=``, ``>=``, ``>``) that the whole range keeps; any other clause cannot be told from a range."""
+    for clause in spec:
+        bound = parse_version(clause.version)
+        if clause.operator in ("<", "<="):
+            if upper is None or upper > bound:
+                return False
+        elif clause.operator == ">=":
+            if lower < bound:
+                return False
+        elif clause.operator == ">":
+            if lower <= bound:
+                return False
+        else:
+            return False
+    return True
+
+
+def _driver_fact(f: Facts) -> Any:
+    """The driver's version, or the range of drivers its stated CUDA version allows (``Facts.driver_range``)."""
+    return f.versions["driver"] if f.versions["driver"] is not None else f.driver_range
+
+
+def _driver_holds(w: Conditions, value: Any) -> bool:
+    if isinstance(value, tuple):
+        return w.driver is not None and spec_holds_on_range(w.driver, *value)
+    return w.driver is not None and spec_holds(w.driver, value)
+
+
+def _driver_key(value: Any) -> Hashable:
+    return (vkey(value[0]), vkey(value[1])) if isinstance(value, tuple) else vkey(value)
+
+
+_DRIVER = MachineCondition("driver", ("driver",), lambda w: w.driver is not None, _driver_fact, _driver_key,
+                           _driver_holds, known=lambda f: f.versions["driver"] is not None)
+"""``when.driver``: on the driver's version, or on every driver the stated CUDA driver version allows."""
+
 MACHINE_CONDITIONS: tuple[MachineCondition, ...] = (
-    *(version_condition(name) for name in MACHINE_VERSIONS),
+    *(_DRIVER if name == "driver" else version_condition(name) for name in MACHINE_VERSIONS),
     version_condition("gpu_count", attrgetter("gpu_count"), known=lambda f: bool(f.gpus)),
     MachineCondition("interconnect", ("interconnect",),
                      lambda w: w.interconnect is not None, lambda f: f.interconnect, lambda v: v,
@@ -335,8 +384,17 @@ def package_keys(fp: Fingerprint) -> tuple[dict[str, Any], Any]:
     return keys, (None, listed)
 
 
+def _driver_text_key(fp: Fingerprint) -> Any:
+    """``_driver_fact`` is made from the driver, or without one from the CUDA version the driver supports."""
+    driver, cuda = fp.driver, fp.cuda_driver
+    if not (_is_text(driver) and _is_text(cuda)):
+        return NO_KEY
+    return (driver, None) if driver is not None else (None, cuda)
+
+
 RAW_FACT_KEYS: dict[str, Callable[[Fingerprint], Any]] = {
     **{name: partial(_text_key, name) for name in MACHINE_VERSIONS},
+    "driver": _driver_text_key,
     "gpu_count": lambda fp: len(fp.gpus),
     "interconnect": partial(_text_key, "interconnect"),
     "install": lambda fp: tuple(sorted(_installs(fp).items())),  # the facts' own key, made without the rest
@@ -611,7 +669,14 @@ def describe_runner(rule: Rule, fp: Fingerprint, params: Mapping[str, Any]) -> s
         )
         has.append(", ".join(gpus) or "no GPU")
     for name in MACHINE_VERSIONS:  # the driver, CUDA, and any other version the fingerprint records
-        if getattr(w, name) is not None:
+        if getattr(w, name) is None:
+            continue
+        drivers = _driver_range(fp) if name == "driver" else None
+        if drivers is not None:
+            lower, upper = drivers
+            has.append(f"a driver for CUDA {fp.cuda_driver} ({spelled(lower)}"
+                       + (f" to below {spelled(upper)})" if upper else " or newer)"))
+        else:
             has.append(f"{condition_label(name)} {getattr(fp, name) or 'unknown'}")
     if w.interconnect is not None:
         has.append(f"interconnect {fp.interconnect or 'unknown'}")
