@@ -534,12 +534,17 @@ def _smallest_gpu_mib(facts: Facts) -> float | None:
     return min(sizes) if sizes else None
 
 
+def _divisible_pairs(w: Conditions, params: Mapping[str, Any]) -> list[tuple[str, int | None, str, int | None]]:
+    """``needs.divisible``'s pairs with the cell's values as whole numbers (None: not known)."""
+    return [(dividend, _whole(params.get(dividend)), divisor, _whole(params.get(divisor)))
+            for dividend, divisor in w.needs_divisible]
+
+
 def indivisible(w: Conditions, params: Mapping[str, Any]) -> tuple[tuple[str, int, str, int], ...] | None:
     """``needs.divisible``: the pairs whose dividend the divisor does not divide, or None when a pair is divisible
     or has a value that is not known (the need then does not hold: nothing is judged on an unknown)."""
     out = []
-    for dividend, divisor in w.needs_divisible:
-        a, b = _whole(params.get(dividend)), _whole(params.get(divisor))
+    for dividend, a, divisor, b in _divisible_pairs(w, params):
         if a is None or b is None or a % b == 0:
             return None
         out.append((dividend, a, divisor, b))
@@ -629,10 +634,8 @@ def contradiction(rule: Rule, facts: Facts, engine: str | None, params: Mapping[
         need_mib, have = memory_needed(w.needs_memory, params), _smallest_gpu_mib(facts)
         if need_mib is not None and have is not None and need_mib <= have:
             return "when.needs.gpu_memory_mib"
-    for dividend, divisor in w.needs_divisible:
-        a, b = _whole(params.get(dividend)), _whole(params.get(divisor))
-        if a is not None and b is not None and a % b == 0:
-            return "when.needs.divisible"
+    if any(a is not None and b is not None and a % b == 0 for _, a, _, b in _divisible_pairs(w, params)):
+        return "when.needs.divisible"
     return None
 
 

@@ -204,12 +204,17 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _text_part(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a config: a multimodal checkpoint nests it under ``text_config``."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, Mapping) else config
+
+
 def computation_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config keys that change what the model computes but not its weights' shapes, normalized across the
     spellings of transformers versions (`rope_theta` or `rope_parameters`, an implicit `head_dim`, a sliding window
     that is off or wider than the model's context)."""
-    nested = config.get("text_config")
-    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else config
+    text = _text_part(config)
     rope = dict(text.get("rope_parameters") or {}) if isinstance(text.get("rope_parameters"), Mapping) else {}
     theta = rope.pop("rope_theta", None)
     theta = text.get("rope_theta", theta)
@@ -249,8 +254,7 @@ def model_shape(config: Mapping[str, Any]) -> dict[str, Any]:
     these, so a verdict seen on one shape is evidence for that shape."""
     computed = computation_config(config)
     arches = computed.get("architectures")
-    nested = config.get("text_config")
-    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else config
+    text = _text_part(config)
     facts: dict[str, Any] = {
         "architecture": arches[0] if isinstance(arches, list) and arches and isinstance(arches[0], str) else None,
         "head_size": computed.get("head_dim"),
@@ -272,13 +276,11 @@ def model_shape(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def quantization_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     """``quant_method`` and ``quant_bits`` of a checkpoint's ``quantization_config`` (the engines pick their
-    quantization from ``quant_method`` when none is asked for); {} for a checkpoint that states none, which is an
-    unquantized one: ``quant_method: none``. The bits are the weights': ``bits`` or ``w_bit`` (GPTQ, AWQ),
-    ``load_in_4bit``/``load_in_8bit`` (bitsandbytes), the weights' ``num_bits`` of compressed-tensors' first group."""
-    quant = config.get("quantization_config")
-    if quant is None:
-        nested = config.get("text_config")
-        quant = nested.get("quantization_config") if isinstance(nested, Mapping) else None
+    quantization from ``quant_method`` when none is asked for); ``quant_method: none`` for a checkpoint that states
+    none (an unquantized one), {} for a ``quantization_config`` that is not a mapping. The bits are the weights':
+    ``bits`` or ``w_bit`` (GPTQ, AWQ), ``load_in_4bit``/``load_in_8bit`` (bitsandbytes), the weights' ``num_bits``
+    of compressed-tensors' first group."""
+    quant = config.get("quantization_config", _text_part(config).get("quantization_config"))
     if quant is None:
         return {"quant_method": "none"}
     if not isinstance(quant, Mapping):
