@@ -11,6 +11,7 @@ PYTEST_DONT_REWRITE
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ad
 _ENTRY_KEYS = {"patterns", "compute_capability", "architecture", "memory_mib"}
 _MAX_NAME = 256  # a GPU name is tens of characters; a longer text is no name to look up
 _SEPARATORS = str.maketrans({"-": " ", "_": " ", "/": " "})
+# GeForce names as users type them run together: "rtx3090", "RTX4090D", "1080ti": the family, the number and its
+# suffix are words of their own, as NVML spells them ("NVIDIA GeForce RTX 4090 D")
+_RUN_TOGETHER = ((re.compile(r"\b(rtx|gtx)(\d)"), r"\1 \2"), (re.compile(r"\b(\d{4})(ti|d)\b"), r"\1 \2"))
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,12 @@ def table_path() -> Path:
 
 def normalize_name(name: str) -> str:
     """The text patterns match: lower case, "-", "_" and "/" as spaces, one space between words and one at each end
-    (" nvidia a100 sxm4 80gb "), so that a space in a pattern is a word's end."""
-    return " " + " ".join(name.lower().translate(_SEPARATORS).split()) + " "
+    (" nvidia a100 sxm4 80gb "), so that a space in a pattern is a word's end; a GeForce family or number run
+    together with the next word is taken apart first ("rtx3090" as "rtx 3090")."""
+    text = name.lower().translate(_SEPARATORS)
+    for pattern, spaced in _RUN_TOGETHER:
+        text = pattern.sub(spaced, text)
+    return " " + " ".join(text.split()) + " "
 
 
 def lookup(name: str, path: str | Path | None = None) -> GpuModel | None:

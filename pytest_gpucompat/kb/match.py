@@ -20,8 +20,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..catalog.cuda_drivers import driver_range, spelled
+from ..catalog.gpus import lookup
 from ..common.versions import matches, norm_value, normalize_package, parse_specifier, parse_version
-from ..machine.fingerprint import Fingerprint
+from ..machine.fingerprint import GPU, Fingerprint
 from .describe import GPU_SPECIFIERS, condition_label
 from .schema import SPECIFIER_FIELDS, WEIGHTS_PARAM, Conditions, ParamCondition, Rule
 
@@ -55,11 +56,7 @@ def facts_of(fp: Fingerprint) -> Facts:
     """``Facts.of`` without its cache: ``kb.index`` builds each fingerprint's facts once into the fingerprint's
     index, found by identity, so hashing the fingerprint (each of its GPUs) to find them again is work lost."""
     return Facts(
-        gpus=tuple(
-            (g.name.lower(), (g.architecture or "").lower() or None, _ver(g.compute_capability),
-             _ver(str(g.memory_mib)) if g.memory_mib is not None else None)
-            for g in fp.gpus
-        ),
+        gpus=tuple(_gpu_facts(g) for g in fp.gpus),
         gpu_count=parse_version(str(len(fp.gpus))),
         interconnect=fp.interconnect,
         versions={name: _ver(getattr(fp, name)) for name in MACHINE_VERSIONS},
@@ -69,6 +66,19 @@ def facts_of(fp: Fingerprint) -> Facts:
         env=dict(getattr(fp, "env", None) or {}),
         driver_range=_driver_range(fp),
     )
+
+
+def _gpu_facts(gpu: GPU) -> tuple[str, str | None, Version | None, Version | None]:
+    """A GPU's name, architecture, compute capability and memory. Where the record gives a name and no compute
+    capability (a hand-written fingerprint, a report's "Tesla V100 SXM2 16GB"), the GPU catalog's model of that name
+    gives it and its architecture: the name states them as surely as NVML would, and a rule about V100s is about
+    that GPU. A stated value always wins."""
+    arch, cc = (gpu.architecture or "").lower() or None, _ver(gpu.compute_capability)
+    if cc is None:
+        model = lookup(gpu.name)
+        if model is not None and arch in (None, model.architecture):
+            arch, cc = model.architecture, _ver(model.compute_capability)
+    return gpu.name.lower(), arch, cc, _ver(str(gpu.memory_mib)) if gpu.memory_mib is not None else None
 
 
 def _driver_range(fp: Fingerprint) -> tuple[Version, Version | None] | None:
