@@ -10,10 +10,11 @@ Each report is stated with only what it says (bench/corpus/README.md). For each 
 - **diagnosis**: `explain`'s matching of the stated log against every rule's signature (kb.signatures), with the
   stated facts ruling rules out where they contradict them.
 
-A positive is **predicted** / **diagnosed** when a rule of its `expected.rules` is among them; where no rule has
-been named for it yet (`expected.rules: []`), the bench counts only whether any broken or degraded finding fired
-(`any_*`: an upper bound, not recall). A control's **false alarm** is any broken or degraded finding or any
-diagnosis. The split is the entry id's sha256 (5 of 8 held out), never chosen by hand.
+A positive is **predicted** / **diagnosed** when a rule of its `expected.rules` (the rules that name its cause)
+is among them. Recall is over every positive: one whose cause no rule names (`expected.rules: []`) is a miss, and
+`named` counts those that have a rule at all; `any_*` count the positives on which any broken or degraded finding
+fired (right or wrong). A control's **false alarm** is any broken or degraded finding or any diagnosis. The split
+is the entry id's sha256 (5 of 8 held out), never chosen by hand.
 
 The table goes to stderr; ``--json`` prints one JSON object on stdout.
 """
@@ -89,7 +90,7 @@ def judge(entry: dict[str, Any], kb: Any) -> dict[str, Any]:
     diagnosed = [r.id for r in explaining_rules(kb.rules, failure) if r.confidence != "documents"]
     expected = set((entry.get("expected") or {}).get("rules") or [])
     return {"id": entry["id"], "engine": engine, "split": split_of(entry["id"]), "control": bool(entry.get("control")),
-            "cause_class": entry.get("cause_class"), "labelled": bool(expected),
+            "cause_class": entry.get("cause_class"), "named": bool(expected),
             "predicted": bool(expected & {f.id for f in found}), "diagnosed": bool(expected & set(diagnosed)),
             "any_predicted": bool(found), "any_diagnosed": bool(diagnosed),
             "findings": sorted({f.id for f in found}), "diagnoses": diagnosed, "command_unread": unread}
@@ -101,11 +102,11 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         part = [r for r in results if split == "all" or r["split"] == split]
         pos = [r for r in part if not r["control"]]
         ctl = [r for r in part if r["control"]]
-        labelled = [r for r in pos if r["labelled"]]
         out[split] = {
-            "positives": len(pos), "controls": len(ctl), "labelled": len(labelled),
-            "prediction_recall": _rate(sum(r["predicted"] for r in labelled), len(labelled)),
-            "diagnosis_recall": _rate(sum(r["diagnosed"] for r in labelled), len(labelled)),
+            "positives": len(pos), "controls": len(ctl), "named": sum(r["named"] for r in pos),
+            "predicted": sum(r["predicted"] for r in pos), "diagnosed": sum(r["diagnosed"] for r in pos),
+            "prediction_recall": _rate(sum(r["predicted"] for r in pos), len(pos)),
+            "diagnosis_recall": _rate(sum(r["diagnosed"] for r in pos), len(pos)),
             "any_predicted": sum(r["any_predicted"] for r in pos),
             "any_diagnosed": sum(r["any_diagnosed"] for r in pos),
             "false_alarms": sum(r["any_predicted"] or r["any_diagnosed"] for r in ctl),
@@ -134,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['split']:<8} {r['id']:<24} {kind:<28} predicted: {','.join(r['findings']) or '-'}; "
                   f"diagnosed: {','.join(r['diagnoses']) or '-'}", file=sys.stderr)
     for split, s in summary.items():
-        print(f"{split}: {s['positives']} positives ({s['labelled']} labelled), {s['controls']} controls; "
-              f"prediction recall {s['prediction_recall']}, diagnosis recall {s['diagnosis_recall']}; "
+        print(f"{split}: {s['positives']} positives ({s['named']} with a rule naming the cause), {s['controls']} "
+              f"controls; predicted {s['predicted']} (recall {s['prediction_recall']}), diagnosed {s['diagnosed']} "
+              f"(recall {s['diagnosis_recall']}); "
               f"any broken/degraded predicted {s['any_predicted']}, diagnosed {s['any_diagnosed']}; "
               f"false alarms {s['false_alarms']}", file=sys.stderr)
     if args.json:
