@@ -116,6 +116,7 @@ def test_a_rule_on_both_sides_of_a_flag_is_not_a_contradiction(tmp_path):
     ({"facts": [{"selection": "crashes"}]}, "bounds.facts[0].selection"),
     ({"facts": [{"selection": "refused", "picks": ["../x"]}]}, "bounds.facts[0].picks"),
     ({"facts": [{"selection": "refused", "backend": "FLASH_ATTN"}]}, "bounds.facts[0].backend"),
+    ({"facts": [{"release": "cuda", "matches": ">=12"}], "unknown": " "}, "bounds.unknown"),
 ])
 def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bounds, field):
     raw = shipped("vllm-v1-flash-attn-backend-needs-sm80")
@@ -126,6 +127,24 @@ def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bo
         load_rule_file(path)
     text = str(err.value)
     assert "\n" not in text and "vllm-v1-flash-attn-backend-needs-sm80" in text and field in text, text
+
+
+def test_a_fact_the_release_notes_do_not_state_is_unknown_not_false(tmp_path, capsys):
+    # TensorRT-LLM 0.7.1 and 0.8.0's notes name no CUDA: neither inside the CUDA 12 window nor outside it
+    raw = shipped("tensorrt-llm-needs-cuda12-driver")
+    assert lint_one(tmp_path, raw) == []  # as shipped: covered, and bounds.unknown says why
+    del raw["bounds"]["unknown"]
+    problems = lint_one(tmp_path, raw)
+    assert len(problems) == 1 and "0.7.1-0.8.0 state no fact" in problems[0] and "bounds.unknown" in problems[0]
+    raw["when"]["packages"] = {"tensorrt-llm": ">=0.9,<1.1"}  # stopping short of them is a choice to explain too
+    assert any("0.7.1-0.8.0 state no fact" in p for p in lint_one(tmp_path, raw))
+    raw["bounds"]["unknown"] = "left out: not stated"
+    assert lint_one(tmp_path, raw) == []
+    raw["when"]["packages"] = {"tensorrt-llm": ">=0.12,<1.1"}  # nowhere near them: the reason is stale
+    assert any("bounds.unknown" in p and "remove it" in p for p in lint_one(tmp_path, raw))
+    assert main(["rules", "tensorrt-llm-needs-cuda12-driver"]) == 0
+    out = capsys.readouterr().out
+    assert "not stated in 0.7.1-0.8.0" in out and "unknown (a fact not stated): 0.7.1-0.8.0" in out
 
 
 @pytest.mark.parametrize(("bounds", "says"), [
@@ -251,6 +270,9 @@ def broken_upstream(found: dict[str, dict]) -> set[str]:
      "params: {engine: tensorrt-llm}\n", "tensorrt-llm-needs-cuda12-driver"),
     (f"gpus: [{A100}]\ndriver: \"550.54.15\"\npackages: {{tensorrt-llm: \"1.1.0\"}}\n"
      "params: {engine: tensorrt-llm}\n", "tensorrt-llm-cuda13-needs-driver-580"),
+    # 0.8.0's notes name no CUDA: unknown, not "not CUDA 12"; covered, with the reason in bounds.unknown
+    (f"gpus: [{A100}]\ndriver: \"470.82.01\"\npackages: {{tensorrt-llm: \"0.8.0\"}}\n"
+     "params: {engine: tensorrt-llm}\n", "tensorrt-llm-needs-cuda12-driver"),
 ])
 def test_what_ifs_inside_the_corrected_windows_are_broken(capsys, tmp_path, text, rule_id):
     assert rule_id in broken_upstream(check(capsys, tmp_path, text))
@@ -263,8 +285,8 @@ def test_what_ifs_inside_the_corrected_windows_are_broken(capsys, tmp_path, text
      "vllm-fp8-e5m2-kv-triton-asserts"),
     (f"gpus: [{A100}]\npackages: {{vllm: \"0.11.0\"}}\nparams: {{engine: vllm, rope_theta: 1000000}}\n",
      "vllm-rope-theta-removed-v1"),
-    (f"gpus: [{A100}]\ndriver: \"470.82.01\"\npackages: {{tensorrt-llm: \"0.8.0\"}}\n"
-     "params: {engine: tensorrt-llm}\n", "tensorrt-llm-needs-cuda12-driver"),
+    (f"gpus: [{A100}]\ndriver: \"470.82.01\"\npackages: {{tensorrt-llm: \"0.7.0\"}}\n"
+     "params: {engine: tensorrt-llm}\n", "tensorrt-llm-needs-cuda12-driver"),  # before the history: not judged
 ])
 def test_what_ifs_outside_stay_quiet(capsys, tmp_path, text, rule_id):
     found = check(capsys, tmp_path, text)

@@ -19,6 +19,9 @@ not typed from the one release someone read.
   and stores where it holds under the anchor's digest; lint only reads that (its time does not grow with anchors).
 - ``narrower``: why ``when.packages`` is deliberately narrower than the computed window (e.g. only that release was
   run); lint then accepts a range inside the window, and nothing outside it.
+- ``unknown``: why the range covers, or leaves out, the releases whose history does not state a fact the window
+  rests on (release notes that name no CUDA version): such a release is neither inside nor outside the window, and
+  lint refuses a range that reaches one (or stops short of one next to the window) unless this says why.
 
 The window is the releases where every fact and anchor holds and every engine setting of ``when.params`` exists.
 
@@ -118,16 +121,17 @@ class Bounds:
     facts: tuple[Fact, ...] = ()
     anchors: tuple[Anchor, ...] = ()
     narrower: str | None = None
+    unknown: str | None = None
 
 
 def parse_bounds(raw: Any, fail: Fail) -> Bounds | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise fail("bounds", "must be a mapping with facts, anchors and narrower")
-    unknown = set(map(str, raw)) - {"facts", "anchors", "narrower"}
-    if unknown:
-        raise fail(f"bounds.{sorted(unknown)[0]}", "unknown key (known: facts, anchors, narrower)")
+        raise fail("bounds", "must be a mapping with facts, anchors, narrower and unknown")
+    extra = set(map(str, raw)) - {"facts", "anchors", "narrower", "unknown"}
+    if extra:
+        raise fail(f"bounds.{sorted(extra)[0]}", "unknown key (known: facts, anchors, narrower, unknown)")
     facts = tuple(_fact(item, fail, f"bounds.facts[{i}]") for i, item in enumerate(_list(raw.get("facts"), fail,
                                                                                            "bounds.facts")))
     anchors = tuple(_anchor(item, fail, f"bounds.anchors[{i}]")
@@ -136,9 +140,13 @@ def parse_bounds(raw: Any, fail: Fail) -> Bounds | None:
     if narrower is not None and (not isinstance(narrower, str) or not narrower.strip()):
         raise fail("bounds.narrower", "must say why the range is narrower than the window")
     why = narrower.strip() if isinstance(narrower, str) else None
+    unstated = raw.get("unknown")
+    if unstated is not None and (not isinstance(unstated, str) or not unstated.strip()):
+        raise fail("bounds.unknown", "must say why the releases that state no such fact are covered as they are")
     if not facts and not anchors:
         raise fail("bounds", "needs facts or anchors: the window is computed from them")
-    return Bounds(facts=facts, anchors=anchors, narrower=why)
+    return Bounds(facts=facts, anchors=anchors, narrower=why,
+                  unknown=unstated.strip() if isinstance(unstated, str) else None)
 
 
 def _list(value: Any, fail: Fail, where: str) -> list[Any]:

@@ -36,12 +36,14 @@ KNOWN_CAPABILITIES = ("3.0", "3.2", "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6
 @dataclass(frozen=True)
 class Part:
     """One thing the window rests on: its field in the rule, what it says, and the releases where it holds (None:
-    it could not be judged; ``problem`` says why)."""
+    it could not be judged; ``problem`` says why); ``unknown``: the releases whose history does not state what it
+    tests (neither holding nor not: an absent fact is never read as false)."""
 
     field: str
     label: str
     holds: frozenset[int] | None
     problem: str = ""
+    unknown: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Window:
     span: tuple[int, ...]  # the releases the rule's when.packages covers
     parts: tuple[Part, ...]
     releases: frozenset[int] | None  # None: not computable (a part has a problem)
+    unknown: frozenset[int] = frozenset()  # where no part fails and some part's fact is not stated
 
 
 def rule_span(rule: Rule, history: History) -> list[int] | None:
@@ -75,9 +78,12 @@ def compute(rule: Rule, history: History) -> Window | None:
             have = frozenset(i for i in read if history.flag_for_dest(name, i) is not None)
             parts.append(Part(f"when.params.{name}", f"setting {name} exists", have))
     releases: frozenset[int] | None = read
+    possible: frozenset[int] = read
     for part in parts:
         releases = None if part.holds is None or releases is None else releases & part.holds
-    return Window(tuple(span), tuple(parts), releases)
+        possible = possible & ((part.holds or frozenset()) | part.unknown)
+    unknown = possible - releases if releases is not None else frozenset()
+    return Window(tuple(span), tuple(parts), releases, unknown)
 
 
 def window_problems(rule: Rule, history: History) -> list[str]:
@@ -88,9 +94,16 @@ def window_problems(rule: Rule, history: History) -> list[str]:
     problems = [f"{p.field}: {p.problem}" for p in window.parts if p.problem]
     if window.releases is None:
         return problems
-    span, inside = set(window.span), window.releases
+    span, inside, unknown = set(window.span), window.releases, window.unknown
     where = history.ranges(inside) or "no release"
-    outside = sorted(span - inside)
+    outside = sorted(span - inside - unknown)
+    reached = sorted(unknown & (span | _neighbours(history, span)))
+    if reached and rule.bounds.unknown is None:
+        said = ", ".join(p.label for p in window.parts if p.unknown)
+        problems.append(f"{history.engine} {history.ranges(unknown)} state no fact for {said}: the window is unknown "
+                        f"there, not false; cover those releases or leave them out, and say why in bounds.unknown")
+    elif not reached and rule.bounds.unknown is not None:
+        problems.append("bounds.unknown: no release next to or inside the range leaves a fact unstated; remove it")
     if outside:
         problems.append(f"when.packages covers {history.engine} {history.ranges(outside)}, where its bounds do not "
                         f"hold (they hold in {where}{suggest(history, inside)}); first: {_first(history, outside)}")
@@ -102,6 +115,18 @@ def window_problems(rule: Rule, history: History) -> list[str]:
     elif not left and rule.bounds.narrower is not None and not outside:
         problems.append(f"bounds.narrower: when.packages is the whole window ({where}); remove it")
     return problems
+
+
+def _neighbours(history: History, inside: Iterable[int]) -> set[int]:
+    """The read releases just before and just after each stretch of ``inside``."""
+    read = history.in_range(None)
+    pos = {r: k for k, r in enumerate(read)}
+    out = set()
+    for i in inside:
+        for k in (pos[i] - 1, pos[i] + 1):
+            if 0 <= k < len(read) and read[k] not in inside:
+                out.add(read[k])
+    return out
 
 
 def _first(history: History, indexes: Sequence[int]) -> str:
@@ -137,7 +162,9 @@ def _fact_part(rule: Rule, history: History, fld: str, fact: Fact, read: frozens
     if fact.test == "matches":
         spec = fact.spec
         assert spec is not None
-        return Part(fld, label, frozenset(i for i in read if _version_in(history.item(kind, fact.name, i), spec)))
+        unstated = frozenset(i for i in read if _version(history.item(kind, fact.name, i)) is None)
+        return Part(fld, label, frozenset(i for i in read - unstated
+                                          if _version_in(history.item(kind, fact.name, i), spec)), unknown=unstated)
     dims = []
     for dim, values in fact.dimensions:
         found = values if values is not None else _when_values(rule, dim)
@@ -148,7 +175,8 @@ def _fact_part(rule: Rule, history: History, fld: str, fact: Fact, read: frozens
         floors = {i: _version(history.item(kind, fact.name, i)) for i in read}
         spec = rule.when.driver
         return Part(fld, label, frozenset(i for i, floor in floors.items()
-                                          if floor is not None and spec is not None and _all_below(spec, floor)))
+                                          if floor is not None and spec is not None and _all_below(spec, floor)),
+                    unknown=frozenset(i for i, floor in floors.items() if floor is None))
     holds = set()
     for i in read:
         attrs = history.item(kind, fact.name, i)
@@ -357,9 +385,15 @@ def describe(rule: Rule, history: History | None) -> list[str]:
         holds = (history.ranges(part.holds) or "no release") if part.holds is not None else f"? {part.problem}"
         lines.append(f"  {part.field}: {part.label}")
         lines.append(f"    holds in {holds}")
+        if part.unknown:
+            lines.append(f"    not stated in {history.ranges(part.unknown)}")
     where = "not computable" if window.releases is None else (history.ranges(window.releases) or "no release")
     lines.append(f"window: {where}{suggest(history, window.releases or ())}")
     lines.append(f"when.packages covers: {history.ranges(window.span) or 'no release'}")
+    if window.unknown:
+        lines.append(f"unknown (a fact not stated): {history.ranges(window.unknown)}")
     if rule.bounds.narrower:
         lines.append(f"narrower: {rule.bounds.narrower}")
+    if rule.bounds.unknown:
+        lines.append(f"unknown: {rule.bounds.unknown}")
     return lines
