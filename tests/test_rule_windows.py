@@ -117,6 +117,8 @@ def test_a_rule_on_both_sides_of_a_flag_is_not_a_contradiction(tmp_path):
     ({"facts": [{"selection": "refused", "picks": ["../x"]}]}, "bounds.facts[0].picks"),
     ({"facts": [{"selection": "refused", "backend": "FLASH_ATTN"}]}, "bounds.facts[0].backend"),
     ({"facts": [{"release": "cuda", "matches": ">=12"}], "unknown": " "}, "bounds.unknown"),
+    ({"anchors": [{"file": "a.py", "text": "x", "gate": "compute_capability"}]}, "bounds.anchors[0].gate"),
+    ({"anchors": [{"file": "a.py", "value": "C.get_min_capability", "gate": "dtype"}]}, "bounds.anchors[0].gate"),
 ])
 def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bounds, field):
     raw = shipped("vllm-v1-flash-attn-backend-needs-sm80")
@@ -127,6 +129,31 @@ def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bo
         load_rule_file(path)
     text = str(err.value)
     assert "\n" not in text and "vllm-v1-flash-attn-backend-needs-sm80" in text and field in text, text
+
+
+def test_a_gate_typed_beside_its_anchors_value_is_refused(tmp_path):
+    # the anchor reads get_min_capability() per release: the rule's compute-capability gate is that value
+    raw = shipped("vllm-fp8-quant-needs-sm89-before-0.5.1")
+    assert lint_one(tmp_path, raw) == []
+    raw["when"]["compute_capability"] = "<8.0"
+    problems = lint_one(tmp_path, raw)
+    assert any("gate" in p and "reads 89" in p and "<8.9" in p and "0.4.2-0.5.0.post1" in p for p in problems), problems
+    del raw["bounds"]["anchors"][0]["gate"]  # without the claim, a narrower gate is the rule's own business
+    assert lint_one(tmp_path, raw) == []
+    raw = shipped("vllm-awq-quantization-needs-sm75")
+    raw["when"]["compute_capability"] = "<7.0"
+    assert any("reads 75" in p for p in lint_one(tmp_path, raw))
+
+
+@pytest.mark.parametrize(("gpu", "vllm", "rule_id", "fires"), [
+    ('{name: "NVIDIA L4", compute_capability: "8.9"}', "0.4.1", "vllm-fp8-quant-needs-sm90-0.4.1", True),
+    ('{name: "NVIDIA L4", compute_capability: "8.9"}', "0.4.2", "vllm-fp8-quant-needs-sm89-before-0.5.1", False),
+    (T4, "0.6.0", "vllm-fp8-quant-needs-sm80-0.5.1-0.13.0", True),
+    (T4, "0.14.0", "vllm-fp8-quant-needs-sm75", False),
+])
+def test_each_release_has_the_fp8_floor_its_code_returns(capsys, tmp_path, gpu, vllm, rule_id, fires):
+    text = f"gpus: [{gpu}]\npackages: {{vllm: \"{vllm}\"}}\nparams: {{engine: vllm, quantization: fp8}}\n"
+    assert (rule_id in broken_upstream(check(capsys, tmp_path, text))) is fires
 
 
 def test_a_fact_the_release_notes_do_not_state_is_unknown_not_false(tmp_path, capsys):

@@ -17,6 +17,9 @@ not typed from the one release someone read.
   ``assert EXPR in {...}`` tests (``assert_in``), optionally tested with ``equals``, ``contains``, ``excludes``,
   ``at_least`` or ``at_most``. ``tools/engine_history.py`` evaluates every anchor against every release it reads
   and stores where it holds under the anchor's digest; lint only reads that (its time does not grow with anchors).
+  A value anchor with ``gate: compute_capability`` says the value read *is* the rule's compute-capability gate (a
+  minimum capability of 89: ``when.compute_capability: "<8.9"``): lint then refuses the rule in every release where
+  the value read and the typed gate disagree, so a gate that changed between releases splits the rule.
 - ``narrower``: why ``when.packages`` is deliberately narrower than the computed window (e.g. only that release was
   run); lint then accepts a range inside the window, and nothing outside it.
 - ``unknown``: why the range covers, or leaves out, the releases whose history does not state a fact the window
@@ -50,6 +53,9 @@ BACKEND_ATTRS = {"compute_capability": "compute_capability", "kv_cache_dtype": "
 STACK_FIELDS = ("cuda", "trt", "container", "driver_floor", "driver_ga")
 ANCHOR_FINDS = ("text", "string", "code", "value", "assert_in")
 ANCHOR_TESTS = ("equals", "contains", "excludes", "at_least", "at_most")
+GATES = ("compute_capability",)
+"""What a value anchor may say it is (``gate``): the rule's ``when.compute_capability`` is then ``<V`` for the value
+read, major*10+minor (a ``get_min_capability()`` of 89 is ``<8.9``), in every release the rule covers."""
 OUTCOMES = ("chosen", "refused", "refused-at-init", "asserts")
 """What a ``selection`` fact may expect (kb.predict's ``Prediction.outcome``)."""
 
@@ -91,6 +97,7 @@ class Anchor:
     what: tuple[str, ...]  # alternatives (the code changed form): any one found holds; the first found gives a value
     test: str | None = None  # one of ANCHOR_TESTS
     expected: Any = None
+    gate: str | None = None  # GATES: the rule's condition the value read is (not part of the evaluated spec)
 
     def spec(self) -> dict[str, Any]:
         """The anchor as data: what the history tool evaluates and what its digest is of."""
@@ -225,9 +232,9 @@ def _names(value: Any) -> tuple[str, ...] | None:
 def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:
     if not isinstance(raw, Mapping):
         raise fail(where, "must be a mapping such as {file: vllm/x.py, text: '...'}")
-    unknown = set(map(str, raw)) - {"file", *ANCHOR_FINDS, *ANCHOR_TESTS}
+    unknown = set(map(str, raw)) - {"file", "gate", *ANCHOR_FINDS, *ANCHOR_TESTS}
     if unknown:
-        raise fail(f"{where}.{sorted(unknown)[0]}", f"unknown key (known: file, {', '.join(ANCHOR_FINDS)}, "
+        raise fail(f"{where}.{sorted(unknown)[0]}", f"unknown key (known: file, gate, {', '.join(ANCHOR_FINDS)}, "
                                                     f"{', '.join(ANCHOR_TESTS)})")
     files = raw.get("file")
     items = files if isinstance(files, list) else [files]
@@ -266,4 +273,9 @@ def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:
         json.dumps(expected, allow_nan=False)
     except (TypeError, ValueError):
         raise fail(f"{where}.{test}", "must be a plain value (string, number, boolean, null or a list)") from None
-    return Anchor(files=tuple(str(f).strip() for f in items), find=find, what=what, test=test, expected=expected)
+    gate = raw.get("gate")
+    if gate is not None and (gate not in GATES or find != "value"):
+        raise fail(f"{where}.gate", f"must be one of {', '.join(GATES)}, on a value anchor (the value read is "
+                                    "the gate)")
+    return Anchor(files=tuple(str(f).strip() for f in items), find=find, what=what, test=test, expected=expected,
+                  gate=gate)

@@ -33,6 +33,11 @@ KNOWN_CAPABILITIES = ("3.0", "3.2", "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6
 """The compute capabilities NVIDIA GPUs have: a rule's ``compute_capability <8.0`` is tested as these points."""
 
 
+def capabilities(spec: SpecifierSet) -> tuple[str, ...]:
+    """The compute capabilities NVIDIA GPUs have that ``spec`` admits: how a gate is compared and tested."""
+    return tuple(c for c in KNOWN_CAPABILITIES if spec.contains(c, prereleases=True))
+
+
 @dataclass(frozen=True)
 class Part:
     """One thing the window rests on: its field in the rule, what it says, and the releases where it holds (None:
@@ -92,6 +97,7 @@ def window_problems(rule: Rule, history: History) -> list[str]:
     if window is None or rule.bounds is None:
         return []
     problems = [f"{p.field}: {p.problem}" for p in window.parts if p.problem]
+    problems += gate_problems(rule, history, window.span)
     if window.releases is None:
         return problems
     span, inside, unknown = set(window.span), window.releases, window.unknown
@@ -195,7 +201,7 @@ def _when_values(rule: Rule, dim: str) -> tuple[str, ...]:
         return (str(w.driver),) if w.driver is not None else ()
     if dim == "compute_capability":
         spec = w.compute_capability
-        return () if spec is None else tuple(c for c in KNOWN_CAPABILITIES if spec.contains(c, prereleases=True))
+        return () if spec is None else capabilities(spec)
     name = "head_size" if dim == "head_size" else dim
     for param, cond in w.params:
         if param == name:
@@ -312,6 +318,35 @@ def _anchor_part(history: History, fld: str, anchor: Anchor) -> Part:
         return Part(fld, label, None, f"holds in no {history.engine} release ({history.span()}): the file is there "
                                       f"({there}) but not what the anchor finds")
     return Part(fld, label, holds)
+
+
+def gate_problems(rule: Rule, history: History, span: Sequence[int]) -> list[str]:
+    """A value anchor that is the rule's compute-capability gate (``gate``) against the gate the rule types: in
+    every release it covers, ``when.compute_capability`` must be ``<V`` for the value V read there."""
+    assert rule.bounds is not None
+    problems = []
+    typed = rule.when.compute_capability
+    covered = set(span)
+    for k, anchor in enumerate(rule.bounds.anchors):
+        if anchor.gate is None:
+            continue
+        wrong: dict[str, list[int]] = {}
+        for first, last, attrs in history.runs.get("anchors", {}).get(anchor.digest, ()):
+            value = attrs.get("value")
+            there = [i for i in range(first, last + 1) if i in covered]
+            if not there or "file" not in attrs:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                wrong.setdefault(f"reads {value!r}, not a capability", []).extend(there)
+                continue
+            gate = SpecifierSet(f"<{value // 10}.{value % 10}")
+            if typed is None or capabilities(typed) != capabilities(gate):
+                wrong.setdefault(f"reads {value}, so the gate there is compute_capability {gate}", []).extend(there)
+        for said, releases in wrong.items():
+            problems.append(f"bounds.anchors[{k}].gate: the anchor {said} in {history.engine} "
+                            f"{history.ranges(sorted(releases))}, where the rule types {typed or 'no gate'}: derive "
+                            f"the gate from the value (split the rule where the value changes)")
+    return problems
 
 
 # -- when against the rule's own flags
