@@ -119,6 +119,12 @@ def test_a_rule_on_both_sides_of_a_flag_is_not_a_contradiction(tmp_path):
     ({"facts": [{"release": "cuda", "matches": ">=12"}], "unknown": " "}, "bounds.unknown"),
     ({"anchors": [{"file": "a.py", "text": "x", "gate": "compute_capability"}]}, "bounds.anchors[0].gate"),
     ({"anchors": [{"file": "a.py", "value": "C.get_min_capability", "gate": "dtype"}]}, "bounds.anchors[0].gate"),
+    # what CPython's parser fails on with MemoryError / RecursionError rather than SyntaxError, and huge literals
+    ({"anchors": [{"file": "a.py", "code": "-" * 200_000 + "1"}]}, "bounds.anchors[0].code"),
+    ({"anchors": [{"file": "a.py", "code": "a" + ".b" * 100_000}]}, "bounds.anchors[0].code"),
+    ({"anchors": [{"file": "a.py", "assert_in": "(" * 1000 + "1" + ")" * 1000}]}, "bounds.anchors[0].assert_in"),
+    ({"anchors": [{"file": "a.py", "code": "x = [" + "[" * 300 + "]" * 300 + "]"}]}, "bounds.anchors[0].code"),
+    ({"anchors": [{"file": "a.py", "string": "x" * 10_000_000}]}, "bounds.anchors[0].string"),
 ])
 def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bounds, field):
     raw = shipped("vllm-v1-flash-attn-backend-needs-sm80")
@@ -129,6 +135,34 @@ def test_malformed_bounds_are_one_line_errors_naming_rule_and_field(tmp_path, bo
         load_rule_file(path)
     text = str(err.value)
     assert "\n" not in text and "vllm-v1-flash-attn-backend-needs-sm80" in text and field in text, text
+
+
+@pytest.mark.parametrize("command", [["rules", "--lint"], ["check", "-q"], ["rules", "x"]])
+def test_a_hostile_code_anchor_is_one_line_in_every_command(tmp_path, capsys, command):
+    raw = shipped("vllm-v1-flash-attn-backend-needs-sm80")
+    raw["bounds"] = {"anchors": [{"file": "vllm/a.py", "code": "not " * 490 + "x"}]}  # parses; deep when walked
+    raw["id"] = "x"
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"rules": [raw]}))
+    assert main([*command, "--kb", str(good)]) in (0, 1)  # loads (the anchor is not evaluated here)
+    raw["bounds"] = {"anchors": [{"file": "vllm/a.py", "code": "-" * 300_000 + "1"}]}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"rules": [raw]}))
+    capsys.readouterr()
+    assert main([*command, "--kb", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bounds.anchors[0].code" in err[0] and "Traceback" not in err[0]
+
+
+def test_the_history_tool_takes_a_hostile_anchor_as_not_holding():
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    from _history_anchors import evaluate
+
+    assert evaluate({"code": "not " * 490 + "x"}, "x = 1\n") == {"holds": False}
+    assert evaluate({"code": "x = 1"}, "a" + ".b" * 100_000) == {"holds": False}  # a file too deep to parse
+    assert evaluate({"code": "x = 1"}, "x = 1\n") == {"holds": True}
 
 
 def test_a_gate_typed_beside_its_anchors_value_is_refused(tmp_path):

@@ -72,7 +72,15 @@ def _matching(patterns: Iterable[str], paths: list[str]) -> list[str]:
 
 
 def evaluate(spec: Mapping[str, Any], text: str) -> dict[str, Any]:
-    """One anchor against one file's text: ``{"holds": ...}`` and, for value and assert_in, the value read."""
+    """One anchor against one file's text: ``{"holds": ...}`` and, for value and assert_in, the value read. An
+    anchor or a file the parser cannot take (too deep, too long: MemoryError, RecursionError) does not hold."""
+    try:
+        return _evaluate(spec, text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return {"holds": False}
+
+
+def _evaluate(spec: Mapping[str, Any], text: str) -> dict[str, Any]:
     if "text" in spec:
         flat = _SPACE.sub(" ", text)
         return {"holds": any(_SPACE.sub(" ", t).strip() in flat for t in _alternatives(spec["text"]))}

@@ -7,10 +7,11 @@ content: named by the SHA-256 of the file's text and of what parses it (this mod
 PyYAML found), so an edited file, another parser or another release finds no entry and parses anew.
 
 A cache is something another program may have written, so an entry is only data: it is read bounded and regular
-from a directory of this user that no one else can write (``check_cache_entry``), parsed by the strict JSON reader,
-must name its own key, and passes ``check_tree`` like any data file; the caller validates the data as it validates
-what YAML gave (a rule file's rules are checked field by field either way). Any problem reading or writing an entry
-is a miss: the file is parsed as before, and nothing is said.
+from a directory of this user that no one else can write, judged on the objects opened rather than on paths
+(``_read_trusted``: no check-then-open race for another user to win), parsed by the strict JSON reader, must name
+its own key (the hash of the source's bytes read now), and passes ``check_tree`` like any data file; the caller
+validates the data as it validates what YAML gave (a rule file's rules are checked field by field either way). Any
+problem reading or writing an entry is a miss: the file is parsed as before, and nothing is said.
 
 The same cache keeps sets of texts a pure judgement found good (``remembered_texts``, ``remember_texts``): the
 signatures' patterns that ``kb.regex_safety`` passed, keyed by what judged them, so a start does not judge the same
@@ -87,15 +88,57 @@ def _entry_dir() -> Path:
     return cache_dir() / "parsed"
 
 
-def _read_entry(entry: Path, key: str, limit: int) -> Any:
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_TRUSTED = hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd
+"""Whether this platform can read an entry without a check-then-open race (Linux, macOS): elsewhere nothing is read
+from the cache (every file is parsed)."""
+
+
+def _ours(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _read_trusted(entry: Path, limit: int) -> bytes | None:
+    """The bytes of ``entry`` (cache root / directory / file), or None unless every step is this user's and no one
+    else's to write: each directory is opened without following a link and judged by ``fstat`` on what was opened,
+    the next step opened relative to it, and the file judged the same way (regular, this user's, one link, not
+    writable by others, at most ``limit`` bytes). Another user who controls a parent directory can swap paths
+    between a check and an open; here the check is of the object opened, so a swap is a miss, never a load."""
+    fds: list[int] = []
     try:
-        check_cache_entry(entry.parent.parent, "the cache directory")
-        check_cache_entry(entry.parent, "the parsed-data cache")
-        if not stat.S_ISREG(os.lstat(entry).st_mode):  # a link is no entry of ours, wherever it points
-            return _MISS
-        text = inputs.read_text(entry, 2 * limit + 4096)
-        wrapper = inputs.parse_json(text, str(entry))
-    except (OSError, ValueError, InputError, UnicodeError):
+        fds.append(os.open(entry.parent.parent, _DIR_FLAGS))
+        for name in (entry.parent.name, entry.name):
+            fds.append(os.open(name, _DIR_FLAGS if name != entry.name else _FILE_FLAGS, dir_fd=fds[-1]))
+            if not _ours(os.fstat(fds[-2])):
+                return None
+        st = os.fstat(fds[-1])
+        if not stat.S_ISREG(st.st_mode) or not _ours(st) or st.st_nlink != 1 or st.st_size > limit:
+            return None
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fds[-1], min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return None if size > limit else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _read_entry(entry: Path, key: str, limit: int) -> Any:
+    if not _TRUSTED:
+        return _MISS
+    raw = _read_trusted(entry, 2 * limit + 4096)
+    if raw is None:
+        return _MISS
+    try:
+        wrapper = inputs.parse_json(raw.decode("utf-8"), str(entry))
+    except (ValueError, InputError, UnicodeError, RecursionError):
         return _MISS
     if not isinstance(wrapper, dict) or set(wrapper) != {"key", "data"} or wrapper["key"] != key:
         return _MISS

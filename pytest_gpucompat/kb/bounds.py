@@ -229,6 +229,21 @@ def _names(value: Any) -> tuple[str, ...] | None:
     return tuple(items) if all(isinstance(v, str) for v in items) else None
 
 
+MAX_ANCHOR_CHARS = 2000
+"""The longest text an anchor may look for (the shipped ones are under 200 characters)."""
+def python_problem(text: str, mode: str) -> str | None:
+    """Why ``text`` (at most ``MAX_ANCHOR_CHARS``: the caller bounds it) is no Python ``mode`` source an anchor can
+    hold, or None. Deep nesting and long unary or attribute chains make CPython's parser raise MemoryError or
+    RecursionError rather than SyntaxError: whatever it raises is the answer, never a traceback."""
+    try:
+        ast.parse(text, mode=mode)
+    except SyntaxError as exc:
+        return f"does not parse as Python: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return f"does not parse as Python: {type(exc).__name__}"
+    return None
+
+
 def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:
     if not isinstance(raw, Mapping):
         raise fail(where, "must be a mapping such as {file: vllm/x.py, text: '...'}")
@@ -251,11 +266,13 @@ def _anchor(raw: Any, fail: Fail, where: str) -> Anchor:
         raise fail(f"{where}.{find}", "must be a non-empty string or a list of alternatives")
     what = tuple(str(w).strip() for w in whats)
     for w in what:
+        if len(w) > MAX_ANCHOR_CHARS:
+            raise fail(f"{where}.{find}", f"longer than {MAX_ANCHOR_CHARS} characters: an anchor is a line of code "
+                                          "or a message, not a file")
         if find in ("code", "assert_in"):
-            try:
-                ast.parse(w, mode="exec" if find == "code" else "eval")
-            except SyntaxError as exc:
-                raise fail(f"{where}.{find}", f"does not parse as Python: {exc.msg}") from None
+            problem = python_problem(w, "exec" if find == "code" else "eval")
+            if problem is not None:
+                raise fail(f"{where}.{find}", problem)
         if find == "value" and not all(part.isidentifier() for part in w.split(".")):
             raise fail(f"{where}.value", "must be a dotted name: NAME, Class.NAME or Class.method")
     tests = [k for k in ANCHOR_TESTS if k in raw]

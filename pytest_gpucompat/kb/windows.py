@@ -236,9 +236,11 @@ def _accepts(declared: object, dim: str, value: str) -> bool | None:
 def _head_size_expr(text: str, size: int) -> bool | None:
     """``head_size % 8 == 0 and head_size <= 256`` evaluated for one size: comparisons, and/or/not, + - * // %
     of the name ``head_size`` and integers only; anything else is unreadable (None)."""
+    if len(text) > 1000:  # a declared head-size test is one short expression
+        return None
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
 
     def ev(node: ast.AST) -> int | bool:
@@ -271,7 +273,7 @@ def _head_size_expr(text: str, size: int) -> bool | None:
 
     try:
         return bool(ev(tree))
-    except (ValueError, ZeroDivisionError, KeyError):
+    except (ValueError, ZeroDivisionError, KeyError, RecursionError, OverflowError, MemoryError):
         return None
 
 
