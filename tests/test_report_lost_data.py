@@ -331,3 +331,46 @@ def test_a_run_that_executes_no_cell_keeps_the_existing_report(pytester, argv):
     pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json").assert_outcomes(passed=1)
     assert json.loads((pytester.path / "r.json").read_text())["created"] != "" and len(cells_by_test(
         pytester.path / "r.json")) == 1
+
+
+def test_a_forked_test_child_never_writes_the_sessions_report(pytester):
+    """A test that forks and whose child returns into pytest (it then runs the rest of the session on its own and
+    ends after the session's process): only the session's process writes the report, so it matches the run."""
+    pytester.makepyfile("""
+        import os, time, pytest
+
+        SESSION = os.getpid()
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1]})
+        def test_forks(gpucompat_cell):
+            os.fork()  # the child carries on as if it were the session
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [2]})
+        def test_only_the_session(gpucompat_cell):
+            if os.getpid() != SESSION:
+                time.sleep(1.0)  # end after the session's process, as a straggler would
+                pytest.fail("the child's run")
+    """)
+    result = pytester.runpytest_subprocess("--gpucompat", "--gpucompat-report", "r.json", "-p", "no:xdist",
+                                           timeout=120)
+    assert result.ret == 0
+    time.sleep(1.5)  # the child has ended (its stdout is the run's: pytester waited for it too)
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {c["nodeid"].split("::", 1)[1]: c["outcome"] for c in report["cells"]}
+    assert outcomes == {"test_forks[hf-n=1]": "passed", "test_only_the_session[hf-n=2]": "passed"}
+    assert report["exitstatus"] == 0
+
+
+def test_a_huge_failure_message_is_bounded_in_the_report(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1]})
+        def test_big(gpucompat_cell):
+            raise RuntimeError("x" * 10_000_000)
+    """)
+    pytester.runpytest("--gpucompat", "--gpucompat-report", "r.json").assert_outcomes(failed=1)
+    path = pytester.path / "r.json"
+    (cell,) = json.loads(path.read_text())["cells"]
+    assert path.stat().st_size < 100_000
+    assert cell["reason"].startswith("RuntimeError: xxx") and cell["reason"].endswith("more characters]")

@@ -57,6 +57,10 @@ class ReportCollector:
     def __init__(self, config: pytest.Config, state: RunState) -> None:
         self.config = config
         self.state = state
+        # the session's own process: a test that forks, and whose child returns through pytest's machinery, must
+        # not have that child write the report (it would no longer match the run's exit status), release the
+        # session's lock or remove its cells directory
+        self._pid = os.getpid()
         self.path: str | None = state.settings.report
         if self.path:
             from ..report.io import report_path_problem
@@ -280,6 +284,8 @@ class ReportCollector:
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if os.getpid() != self._pid:
+            return
         if self._lock is not None:
             self._lock.release()
         if self._cells_dir is not None:
@@ -358,6 +364,8 @@ class ReportCollector:
         """Write the report; a checkpoint (``partial``) is the same JSON without indentation, which is several times
         faster to encode, and the final write replaces it with the indented file."""
         if not self.path:  # (before the report's modules are imported: a run without a report never needs them)
+            return True
+        if os.getpid() != self._pid:  # a forked test's child: the session's process writes the report
             return True
         from ..report.io import write_report_atomic, write_text_atomic
 
@@ -595,7 +603,24 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return first_line(str(longrepr))
 
 
+MAX_REASON_CHARS = 8 * 1024
+"""The most of a reason (a failure's message, a skip's or xfail's reason) a cell keeps: a test may raise with a
+10 MB message, and the report must not carry it for one cell. Twice what a signature reads of it."""
+
+
+def _bounded(reason: str | None) -> str | None:
+    if reason is None or len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return f"{reason[:MAX_REASON_CHARS]}... [{len(reason) - MAX_REASON_CHARS} more characters]"
+
+
 def _outcome(report: pytest.TestReport, payload: CellPayload | None) -> tuple[str | None, str | None]:
+    """The cell's outcome this report says, and its reason (bounded: ``MAX_REASON_CHARS``)."""
+    outcome, reason = _unbounded_outcome(report, payload)
+    return outcome, _bounded(reason)
+
+
+def _unbounded_outcome(report: pytest.TestReport, payload: CellPayload | None) -> tuple[str | None, str | None]:
     wasxfail = getattr(report, "wasxfail", None)
     if report.skipped:
         if wasxfail is not None:
@@ -607,7 +632,7 @@ def _outcome(report: pytest.TestReport, payload: CellPayload | None) -> tuple[st
             return "xpassed", wasxfail or None
         return ("passed", None) if report.when == "call" else (None, None)
     if str(report.longrepr).startswith("[XPASS(strict)]"):
-        return "xpassed", str(report.longrepr)
+        return "xpassed", str(report.longrepr)[:MAX_REASON_CHARS + 1]
     failed = report.when == "call" or (payload is not None and cell_payload.is_engine_failure(payload))
     return ("failed" if failed else "error"), _failure_reason(report)
 
