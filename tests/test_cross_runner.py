@@ -10,7 +10,7 @@ import pytest
 from pytest_gpucompat.catalog.base import Generation
 from pytest_gpucompat.checks import outputs
 from pytest_gpucompat.common.errors import InputError
-from pytest_gpucompat.report.cross import figures_text, runner_pairs
+from pytest_gpucompat.report.cross import ALL_PAIRS_UP_TO, figures_text, runner_pairs
 from pytest_gpucompat.report.diff import diff_reports, parse_threshold
 from pytest_gpucompat.report.html import render_html
 from pytest_gpucompat.report.markdown import render_markdown
@@ -74,6 +74,16 @@ def test_merged_fleet_compares_each_pair_of_runners() -> None:
     assert moved["outputs_max_abs_logprob_delta"] >= 0.3  # the shift, and the swapped token at the divergence
     assert figures_text(pairs[1])[0] == "none in 4 tokens"
     assert figures_text(pairs[0])[0] == "position 2"
+
+
+def test_a_large_fleet_compares_each_runner_with_the_first_linear_in_runners() -> None:
+    small = merge_reports([_report(f"r{i}", _gens()) for i in range(ALL_PAIRS_UP_TO)])
+    assert len(runner_pairs(small)) == ALL_PAIRS_UP_TO * (ALL_PAIRS_UP_TO - 1) // 2  # a small fleet: every pair
+    n = 40
+    fleet = merge_reports([_report(f"r{i}", _gens(0.3 if i == 7 else 0.0)) for i in range(n)])
+    pairs = runner_pairs(fleet)
+    assert [(p.first, p.second) for p in pairs] == [("r0", f"r{i}") for i in range(1, n)]
+    assert [p.second for p in pairs if p.figures["outputs_max_abs_logprob_delta"] > 0] == ["r7"]
 
 
 def test_pairs_of_another_model_or_no_outputs_are_not_compared() -> None:

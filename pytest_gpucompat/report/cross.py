@@ -2,7 +2,9 @@
 the model said (outputs.py), in the fleet report and in `gpucompat diff`.
 
 A golden file compares each runner with the runner that recorded it; this compares each runner with each other
-one (the H200 with the A100, vLLM 0.25 with 0.26), with the precision suite's figures. Pure functions.
+one (the H200 with the A100, vLLM 0.25 with 0.26), with the precision suite's figures. Every pair is a small
+fleet's answer (up to ``ALL_PAIRS_UP_TO`` runners of a cell); a larger one compares each runner with the cell's
+first runner instead, so a fleet of N runners costs N comparisons per cell, not N²/2. Pure functions.
 
 PYTEST_DONT_REWRITE
 """
@@ -43,10 +45,16 @@ def cell_outputs(cell: CellRecord) -> tuple[outputs.CellOutputs | None, str | No
         return None, str(exc)
 
 
-def pair(first: CellRecord, second: CellRecord) -> RunnerPair | None:
-    """The two cells compared; None when either kept no outputs (not a precision cell, or an older report)."""
-    a, bad_a = cell_outputs(first)
-    b, bad_b = cell_outputs(second)
+ALL_PAIRS_UP_TO = 8
+"""Runners of one cell up to which every pair is compared (28 pairs); above, each against the first runner."""
+
+_Read = tuple[outputs.CellOutputs | None, str | None]
+
+
+def pair(first: CellRecord, second: CellRecord, read: tuple[_Read, _Read] | None = None) -> RunnerPair | None:
+    """The two cells compared; None when either kept no outputs (not a precision cell, or an older report).
+    ``read``: the two cells' outputs as ``cell_outputs`` gave them, where the caller read them already."""
+    (a, bad_a), (b, bad_b) = read if read is not None else (cell_outputs(first), cell_outputs(second))
     base = RunnerPair(nodeid=first.nodeid, test=first.test or first.nodeid, engine=first.engine,
                       params=first.params, first=first.runner, second=second.runner)
     if bad_a or bad_b:
@@ -60,7 +68,8 @@ def pair(first: CellRecord, second: CellRecord) -> RunnerPair | None:
 
 
 def runner_pairs(report: Report) -> tuple[RunnerPair, ...]:
-    """Every pair of runners of every cell that kept outputs, in the report's runner order."""
+    """Every pair of runners of every cell that kept outputs, in the report's runner order; for a cell of more than
+    ``ALL_PAIRS_UP_TO`` runners, each runner against the first that ran it."""
     order = {name: i for i, name in enumerate(report.runners)}
     by_node: dict[str, list[CellRecord]] = {}
     for cell in report.cells:
@@ -69,12 +78,16 @@ def runner_pairs(report: Report) -> tuple[RunnerPair, ...]:
     found: list[RunnerPair] = []
     for cells in by_node.values():
         cells.sort(key=lambda c: order.get(c.runner, len(order)))
-        found.extend(p for a, b in combinations(cells, 2) if (p := pair(a, b)) is not None)
+        read = [cell_outputs(c) for c in cells]  # once per cell, however many pairs it is in
+        ends = (combinations(range(len(cells)), 2) if len(cells) <= ALL_PAIRS_UP_TO
+                else ((0, j) for j in range(1, len(cells))))
+        found.extend(p for i, j in ends if (p := pair(cells[i], cells[j], (read[i], read[j]))) is not None)
     return tuple(found)
 
 
 SUMMARY = ("Each precision cell that two runners ran, compared on what the model said (greedy tokens and top-N "
-           "logprobs), the second runner against the first, with the precision suite's figures.")
+           "logprobs), the second runner against the first, with the precision suite's figures; a cell that more "
+           f"than {ALL_PAIRS_UP_TO} runners ran, each runner against the first of them.")
 
 
 def cell_id(p: RunnerPair) -> str:
