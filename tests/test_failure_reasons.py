@@ -83,4 +83,5 @@ def test_cell(gpucompat_cell):
         proc.kill()
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["interrupted"] is True
-    assert [c["reason"] for c in report["cells"]] == ["did not finish: the run was stopped before the cell ended"]
+    assert [c["reason"] for c in report["cells"]] == ["did not finish: the run was stopped before the cell ended",
+                                                      "not run: the run was stopped before the cell started"]

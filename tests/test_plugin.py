@@ -226,8 +226,9 @@ def test_interrupted_run_still_writes_the_report(pytester):
     assert result.ret == pytest.ExitCode.INTERRUPTED
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["interrupted"] is True
-    assert [c["outcome"] for c in report["cells"]] == ["passed", "error"]
+    assert [c["outcome"] for c in report["cells"]] == ["passed", "error", "error"]
     assert report["cells"][1]["reason"] == "did not finish: the run was stopped before the cell ended"
+    assert report["cells"][2]["reason"] == "not run: the run was stopped before the cell started"  # not missing
 
 
 def test_xdist_same_ids_and_one_report(project):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucompat.cli import main
 from pytest_gpucompat.report.io import load_report
 from pytest_gpucompat.report.junit import render_junit
 from pytest_gpucompat.report.markdown import render_markdown
@@ -302,7 +303,9 @@ def test_cell_stopped_in_setup_is_in_the_report_as_interrupted(pytester, signal_
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["interrupted"] is True
     cells = {c["nodeid"].split("::", 1)[1]: c for c in report["cells"]}
-    assert list(cells) == ["test_cell[hf-n=1]", "test_cell[hf-n=2]"]
+    assert list(cells) == ["test_cell[hf-n=1]", "test_cell[hf-n=2]", "test_cell[hf-n=3]"]
+    never = cells["test_cell[hf-n=3]"]  # collected, never started: in the report as such, not missing
+    assert (never["outcome"], never["reason"]) == ("error", "not run: the run was stopped before the cell started")
     stopped = cells["test_cell[hf-n=2]"]
     assert (stopped["outcome"], stopped["when"], stopped["engine"], stopped["params"]) == ("error", "setup", "hf",
                                                                                           {"n": 2})
@@ -359,6 +362,27 @@ def test_a_forked_test_child_never_writes_the_sessions_report(pytester):
     outcomes = {c["nodeid"].split("::", 1)[1]: c["outcome"] for c in report["cells"]}
     assert outcomes == {"test_forks[hf-n=1]": "passed", "test_only_the_session[hf-n=2]": "passed"}
     assert report["exitstatus"] == 0
+
+
+def test_an_internal_error_leaves_an_incomplete_report_that_says_so(pytester):
+    """A test that closes fds 1 and 2 under -s ends the session in an internal error: the cells after it never ran,
+    and the report says the run was stopped and lists them, so a diff does not call it clean."""
+    pytester.makepyfile("""
+        import os, pytest
+
+        @pytest.mark.gpucompat(engine="hf", params={"n": [1, 2, 3]})
+        def test_cell(gpucompat_cell):
+            if gpucompat_cell.params["n"] == 2:
+                os.close(1)
+                os.close(2)
+    """)
+    pytester.runpytest_subprocess("-s", "--gpucompat", "--gpucompat-report", "r.json", "-p", "no:xdist", timeout=120)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["interrupted"] is True and report["exitstatus"] == int(pytest.ExitCode.INTERNAL_ERROR)
+    outcomes = {c["nodeid"].split("::", 1)[1]: (c["outcome"], c.get("reason")) for c in report["cells"]}
+    assert outcomes["test_cell[hf-n=1]"] == ("passed", None)
+    assert outcomes["test_cell[hf-n=3]"] == ("error", "not run: the run was stopped before the cell started")
+    assert main(["diff", str(pytester.path / "r.json"), str(pytester.path / "r.json")]) == 1
 
 
 def test_a_huge_failure_message_is_bounded_in_the_report(pytester):

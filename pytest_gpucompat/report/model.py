@@ -24,6 +24,7 @@ from pytest_gpucompat import __version__
 
 from ..common.jsontext import encoder_once
 from .record import (
+    NOT_STARTED_REASON,
     OUTCOMES,
     RAN_OUTCOMES,
     STOPPED_IN_SETUP,
@@ -41,6 +42,7 @@ __all__ = [  # the records and the outcomes are record.py's, named here for the 
     "OUTCOMES",
     "RAN_OUTCOMES",
     "SEVERITIES",
+    "NOT_STARTED_REASON",
     "STOPPED_IN_SETUP",
     "STOPPED_REASON",
     "WORKER_DIED_REASON",

@@ -37,6 +37,7 @@ NOT_COVERED = "not covered here"
 #: SIGTERM) or a worker died: a fact about the run, not about the stack under test.
 STOPPED_IN_SETUP = "interrupted in setup: the run was stopped before the cell ran"
 STOPPED_REASON = "did not finish: the run was stopped before the cell ended"
+NOT_STARTED_REASON = "not run: the run was stopped before the cell started"
 WORKER_DIED_REASON = "did not finish: its worker died"
 _UNFINISHED_EITHER = "did not finish: the run was interrupted or its worker died"  # reports before the split
 
@@ -242,7 +243,7 @@ class CellRecord:
         says the run was interrupted, which settles the older reports' undivided reason)."""
         if self.outcome != "error":
             return False
-        return self.reason in (STOPPED_IN_SETUP, STOPPED_REASON) or (
+        return self.reason in (STOPPED_IN_SETUP, STOPPED_REASON, NOT_STARTED_REASON) or (
             run_interrupted and self.reason == _UNFINISHED_EITHER)
 
     def to_dict(self) -> dict[str, Any]:

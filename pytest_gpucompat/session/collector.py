@@ -28,7 +28,7 @@ import pytest
 
 from ..common import jsontext
 from ..common.inputs import read_json
-from ..report.record import NOT_COVERED, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
+from ..report.record import NOT_COVERED, NOT_STARTED_REASON, STOPPED_IN_SETUP, STOPPED_REASON, WORKER_DIED_REASON
 from ..report.text import first_line
 from . import payload as cell_payload
 from .interrupt import received, signals_held
@@ -400,8 +400,12 @@ class ReportCollector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or received() is not None:
+        if int(exitstatus) in (int(pytest.ExitCode.INTERRUPTED), int(pytest.ExitCode.INTERNAL_ERROR)) \
+                or received() is not None:
+            # an internal error ends the session where it is (a test that closed fds 1 and 2 under -s): the cells
+            # after it never ran, and a report that does not say so would pass a diff as clean
             self.interrupted = True
+            self._add_unreached(session)
         if not self.cells and self._checkpoint is None and self.path and os.path.isfile(self.path):
             # `--co`, `--lf` with nothing to re-run, `-k` matching nothing: a run that executed no cell tells nothing
             # about the stack, and must not replace the report of one that did
@@ -412,6 +416,18 @@ class ReportCollector:
         if not self._final_written and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a lost report must not pass a CI gate
         self._judge_baseline(session)
+
+    def _add_unreached(self, session: pytest.Session) -> None:
+        """The collected cells of this process that sent no report (the session ended first): in the report as
+        stopped, rather than missing (under xdist the controller collects nothing: its workers' cells are in)."""
+        for item in session.items:
+            if item.nodeid in self.cells:
+                continue
+            cs = item.stash.get(live_cell_key, None)
+            if cs is not None:
+                payload = cell_payload.build(cs, self.state.fingerprint.name)
+                cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
+                cell["reason"], cell["when"] = NOT_STARTED_REASON, None
 
     def _judge_baseline(self, session: pytest.Session) -> None:
         baseline = self.state.settings.baseline
