@@ -49,6 +49,28 @@ def test_the_shipped_knowledge_base_lints_clean(capsys):
     assert "0 with problems" in out
     figure = re.search(r"(\d+) of (\d+) upstream/verified engine rules have a window", out)
     assert figure is not None and int(figure.group(1)) >= 30
+    said = " ".join(out.split())
+    typed = re.search(r"(\d+) with a typed release range that neither a window nor a scoped flag holds", said)
+    assert typed is not None and int(typed.group(1)) < int(figure.group(2))  # the rules left to compute, counted
+
+
+def test_the_summary_counts_a_typed_range_and_not_a_computed_one(tmp_path):
+    from pytest_gpucompat.kb.lint import bounds_summary
+
+    computed = load_rule_file_raw(tmp_path, shipped("vllm-awq-quantization-needs-sm75"))
+    raw = shipped("vllm-awq-quantization-needs-sm75")
+    del raw["bounds"]
+    raw["id"] = "typed-copy"
+    typed = load_rule_file_raw(tmp_path, raw)
+    said = " ".join(bounds_summary([*computed, *typed]).split())
+    assert "1 of 2 upstream/verified engine rules have a window" in said
+    assert "1 with a typed release range that neither a window nor a scoped flag holds (typed-copy;" in said
+
+
+def load_rule_file_raw(tmp_path: Path, raw: dict) -> list:
+    path = tmp_path / f"{raw['id']}.yaml"
+    path.write_text(yaml.safe_dump({"rules": [raw]}, sort_keys=False))
+    return list(load_rule_file(path))
 
 
 @pytest.mark.parametrize(("rule_id", "packages", "releases"), [

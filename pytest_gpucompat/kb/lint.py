@@ -34,6 +34,7 @@ from functools import lru_cache
 
 from ..catalog.registry import descriptor, help_commands, normalize_dtype
 from ..common.textfit import fit
+from ..common.versions import normalize_package
 from ..machine.stack import installed_packages
 from .history import History, histories, is_env_name, load_history, norm_flag
 from .schema import CONFIDENCES, FlagFact, Rule
@@ -242,8 +243,23 @@ def bounds_summary(rules: Iterable[Rule], known: Mapping[str, History] | None = 
         n = sum(1 for r in bounded if r.engine == engine)
         releases = f"{sum(1 for x in history.releases if x.read)} releases" if history else "no history"
         per_engine.append(f"{engine} {n} ({releases})")
+    justified = sum(1 for r in bounded if r.bounds is not None and (r.bounds.narrower or r.bounds.unknown))
+    typed = sorted(r.id for r in about if r.bounds is None and _typed_range(r))
+    shown = ", ".join(typed[:5]) + (", ..." if len(typed) > 5 else "")
     return (f"{len(bounded)} of {len(about)} upstream/verified engine rules have a window computed from the released "
-            f"code or release notes: {', '.join(per_engine) or 'none'}")
+            f"code or release notes: {', '.join(per_engine) or 'none'}; {justified} of them with a bound narrower "
+            f"than the window or over releases that state no fact, said why; {len(typed)} with a typed release range "
+            f"that neither a window nor a scoped flag holds"
+            + (f" ({shown}; `gpucompat rules ID` shows one)" if typed else ""))
+
+
+def _typed_range(rule: Rule) -> bool:
+    """Whether the rule bounds its own engine's releases (a ``when.packages`` range on the engine's package) with
+    nothing to hold the range to: no bounds, and no flag entry scoped to releases (lint holds those ranges)."""
+    engine = normalize_package(rule.engine or "")
+    scoped = any(f.versions is not None for f in rule.flag_facts)
+    return not scoped and any(normalize_package(name) == engine and spec is not None and str(spec)
+                              for name, spec in rule.when.packages)
 
 
 def format_lint(results: Sequence[LintResult], known: Mapping[str, History] | None = None,
