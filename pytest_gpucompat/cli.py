@@ -340,7 +340,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
     known = (*kb_engine_names(), "none")
     if args.engine is not None and normalize_package(args.engine) not in known:
         raise InputError("--engine", None, f"unknown engine {args.engine!r} (known: {', '.join(known)})")
-    kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
+    if args.lint:  # a validation: every signature pattern judged here, none taken from the per-user cache
+        from .kb.signatures import judging_every_pattern
+
+        with judging_every_pattern():
+            kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
+    else:
+        kb = load_kb(args.kb, builtin=not args.no_builtin_rules)
     rules = filter_rules(kb.rules, engine=args.engine, severity=args.severity, confidence=args.confidence)
     if args.ids:
         return _show_rules(kb, args.ids, args.json)

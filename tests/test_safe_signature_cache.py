@@ -142,3 +142,27 @@ def test_knowledge_base_is_the_same_with_remembered_verdicts(cache: Path) -> Non
     remembered = load_kb()
     assert remembered is not judged and repr(remembered.rules) == repr(judged.rules)
     _load_cached.cache_clear()
+
+
+def test_no_remembered_verdict_decides_a_lint(cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 'safe' verdict in the cache (here written by this user, as a poisoned one would be) lets a start load a
+    catastrophic pattern, RE2 still matching it in linear time; `rules --lint` judges every pattern itself, so CI
+    gives the same answer whatever the cache holds."""
+    from pytest_gpucompat.cli import main
+
+    bad = r"(a+)+b"
+    rules = tmp_path / "r.yaml"
+    rules.write_text("rules:\n  - {id: x, summary: s, severity: broken, failure: crash, confidence: upstream,\n"
+                     f"     sources: [{{kind: doc, ref: r}}], signature: ['{bad}']}}\n")
+    signatures.compile_pattern("foo", _fail, "signature[0]")
+    signatures.remember_safe_patterns()  # a real entry of this user's cache ...
+    entry = _entry(cache, "safe-signatures")
+    wrapper = json.loads(entry.read_text())
+    wrapper["data"] = sorted({*wrapper["data"], bad})  # ... that now says the catastrophic pattern is safe
+    entry.write_text(json.dumps(wrapper))
+    parsed_cache._TEXT_SETS.clear()
+    _load_cached.cache_clear()
+    assert main(["rules", "--lint", "--no-builtin-rules", "--kb", str(rules)]) == 2
+    err = capsys.readouterr().err
+    assert "signature" in err and len(err.strip().splitlines()) == 1
+    _load_cached.cache_clear()

@@ -42,7 +42,7 @@ from .schema import (
     Rule,
     Source,
 )
-from .signatures import compile_signature, remember_safe_patterns
+from .signatures import compile_signature, judging_all, remember_safe_patterns
 
 _RULE_KEYS = {"id", "summary", "severity", "failure", "engine", "when", "symptom", "signature", "workaround",
               "flags", "confidence", "claims", "note", "sources", "bounds"}
@@ -105,15 +105,17 @@ def load_kb(extra: Iterable[str | os.PathLike[str]] = (), builtin: bool = True) 
     files = tuple(shipped + [str(f) for f in expand_paths(extra)])
     stamps = tuple(file_stamp(f) for f in files)
     not_encoded = file_stamp(_not_encoded_path()) if builtin else None
-    return _load_cached(files, stamps, builtin, not_encoded, len(shipped))
+    return _load_cached(files, stamps, builtin, not_encoded, len(shipped), judging_all())
 
 
 @lru_cache(maxsize=8)
 def _load_cached(files: tuple[str, ...], stamps: tuple[Any, ...], builtin: bool, not_encoded_stamp: Any,
-                 shipped: int = 0) -> KnowledgeBase:
+                 shipped: int = 0, judged: bool = False) -> KnowledgeBase:
     """The knowledge base of ``files``, the first ``shipped`` of them the matrices' own: their parsed data may come
-    from the per-user cache of parsed files (``common.parsed_cache``), validated here like any rule file's."""
-    del stamps, not_encoded_stamp  # part of the cache key only
+    from the per-user cache of parsed files (``common.parsed_cache``), validated here like any rule file's.
+    ``judged``: loaded inside ``signatures.judging_every_pattern`` (a knowledge base loaded otherwise may have taken
+    pattern verdicts from the per-user cache, so it is not the one a validation gets)."""
+    del stamps, not_encoded_stamp, judged  # part of the cache key only
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for i, path in enumerate(files):

@@ -17,10 +17,11 @@ PYTEST_DONT_REWRITE
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,9 +90,30 @@ def _safety_salt() -> bytes | None:
 
 def _remembered_safe() -> frozenset[str]:
     """The pattern texts an earlier process found safe (``common.parsed_cache.remembered_texts``: data only, read
-    under its rules, an empty set when there is none it can trust)."""
+    under its rules, an empty set when there is none it can trust); none while ``judging_every_pattern``."""
+    if _JUDGE_ALL:
+        return frozenset()
     salt = _safety_salt()
     return frozenset() if salt is None else remembered_texts(_SAFE_NAME, salt)
+
+
+_JUDGE_ALL: list[bool] = []  # non-empty inside judging_every_pattern()
+
+
+def judging_all() -> bool:
+    """Whether rule files loaded now judge every pattern (inside ``judging_every_pattern``)."""
+    return bool(_JUDGE_ALL)
+
+
+@contextlib.contextmanager
+def judging_every_pattern() -> Iterator[None]:
+    """Rule files loaded inside judge every pattern again, whatever the per-user cache remembers: a validation
+    (``rules --lint`` in CI) must give the same answer on every machine, so no cache may decide it."""
+    _JUDGE_ALL.append(True)
+    try:
+        yield
+    finally:
+        _JUDGE_ALL.pop()
 
 
 def remember_safe_patterns() -> None:
