@@ -108,10 +108,10 @@ def _read_trusted(entry: Path, limit: int) -> bytes | None:
     fds: list[int] = []
     try:
         fds.append(os.open(entry.parent.parent, _DIR_FLAGS))
-        for name in (entry.parent.name, entry.name):
-            fds.append(os.open(name, _DIR_FLAGS if name != entry.name else _FILE_FLAGS, dir_fd=fds[-1]))
-            if not _ours(os.fstat(fds[-2])):
+        for name, flags in ((entry.parent.name, _DIR_FLAGS), (entry.name, _FILE_FLAGS)):
+            if not _ours(os.fstat(fds[-1])):  # the directory opened, whatever its path names now
                 return None
+            fds.append(os.open(name, flags, dir_fd=fds[-1]))
         st = os.fstat(fds[-1])
         if not stat.S_ISREG(st.st_mode) or not _ours(st) or st.st_nlink != 1 or st.st_size > limit:
             return None

@@ -231,6 +231,8 @@ def _names(value: Any) -> tuple[str, ...] | None:
 
 MAX_ANCHOR_CHARS = 2000
 """The longest text an anchor may look for (the shipped ones are under 200 characters)."""
+
+
 def python_problem(text: str, mode: str) -> str | None:
     """Why ``text`` (at most ``MAX_ANCHOR_CHARS``: the caller bounds it) is no Python ``mode`` source an anchor can
     hold, or None. Deep nesting and long unary or attribute chains make CPython's parser raise MemoryError or

@@ -123,14 +123,14 @@ def window_problems(rule: Rule, history: History) -> list[str]:
     return problems
 
 
-def _neighbours(history: History, inside: Iterable[int]) -> set[int]:
-    """The read releases just before and just after each stretch of ``inside``."""
+def _neighbours(history: History, releases: set[int]) -> set[int]:
+    """The read releases just before and just after each stretch of ``releases`` (a rule's range)."""
     read = history.in_range(None)
     pos = {r: k for k, r in enumerate(read)}
     out = set()
-    for i in inside:
+    for i in releases:
         for k in (pos[i] - 1, pos[i] + 1):
-            if 0 <= k < len(read) and read[k] not in inside:
+            if 0 <= k < len(read) and read[k] not in releases:
                 out.add(read[k])
     return out
 

@@ -318,9 +318,7 @@ class ReportCollector:
         item, self._in_setup = self._in_setup, None
         cs = item.stash.get(live_cell_key, None) if item is not None and item.nodeid not in self.cells else None
         if item is not None and cs is not None:
-            payload = cell_payload.build(cs, self.state.fingerprint.name)
-            cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
-            cell["reason"], cell["when"] = STOPPED_IN_SETUP, "setup"
+            self._collected_cell(item.nodeid, cs, STOPPED_IN_SETUP, "setup")
 
     # ------------------------------------------------------------------ writing
 
@@ -425,9 +423,13 @@ class ReportCollector:
                 continue
             cs = item.stash.get(live_cell_key, None)
             if cs is not None:
-                payload = cell_payload.build(cs, self.state.fingerprint.name)
-                cell = self.cells[item.nodeid] = cell_payload.new_cell(item.nodeid, None, payload)
-                cell["reason"], cell["when"] = NOT_STARTED_REASON, None
+                self._collected_cell(item.nodeid, cs, NOT_STARTED_REASON, None)
+
+    def _collected_cell(self, nodeid: str, cs: Any, reason: str, when: str | None) -> None:
+        """A cell that sent no report, put in the report from what was collected for it, with why it has none."""
+        payload = cell_payload.build(cs, self.state.fingerprint.name)
+        cell = self.cells[nodeid] = cell_payload.new_cell(nodeid, None, payload)
+        cell["reason"], cell["when"] = reason, when
 
     def _judge_baseline(self, session: pytest.Session) -> None:
         baseline = self.state.settings.baseline
@@ -648,7 +650,7 @@ def _unbounded_outcome(report: pytest.TestReport, payload: CellPayload | None) -
             return "xpassed", wasxfail or None
         return ("passed", None) if report.when == "call" else (None, None)
     if str(report.longrepr).startswith("[XPASS(strict)]"):
-        return "xpassed", str(report.longrepr)[:MAX_REASON_CHARS + 1]
+        return "xpassed", str(report.longrepr)
     failed = report.when == "call" or (payload is not None and cell_payload.is_engine_failure(payload))
     return ("failed" if failed else "error"), _failure_reason(report)
 
